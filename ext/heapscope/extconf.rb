@@ -1,0 +1,31 @@
+# frozen_string_literal: true
+
+require "mkmf"
+
+# Warnings are errors in CI only (HEAPSCOPE_WERROR=1), so a newer compiler never breaks gem install.
+$CFLAGS << " -std=gnu11 -O2 -g -Wall -Wextra -fvisibility=hidden"
+$CFLAGS << " -Werror" if ENV["HEAPSCOPE_WERROR"] == "1"
+$CFLAGS << " #{ENV["HEAPSCOPE_CFLAGS"]}" if ENV["HEAPSCOPE_CFLAGS"]
+$LDFLAGS << " #{ENV["HEAPSCOPE_LDFLAGS"]}" if ENV["HEAPSCOPE_LDFLAGS"]
+
+# Ruby's own headers are system headers: -Wextra warnings inside them are not ours to fix.
+$INCFLAGS = $INCFLAGS.gsub(/-I(\$\((?:arch_hdrdir|hdrdir)\)\S*)/, '-isystem \\1')
+
+require_relative "../../lib/heapscope/version"
+$defs << %(-DHEAPSCOPE_VERSION=\\"#{Heapscope::VERSION}\\")
+
+# Liveness reads the GC's mark bits; exported by libruby though declared only in internal headers.
+unless have_func("rb_objspace_marked_object_p")
+  abort "heapscope: this Ruby does not export rb_objspace_marked_object_p, which heapscope needs " \
+        "to know which sampled objects are alive (MRI 3.1-3.4 do)."
+end
+# memsize_of from C; without it sizes are the slot size.
+have_func("rb_obj_memsize_of")
+# Ruby 3.3 replaced rb_postponed_job_register_one with preregister + trigger.
+have_func("rb_postponed_job_preregister", "ruby/debug.h")
+
+abort "heapscope: zlib.h is missing (apt-get install zlib1g-dev)" unless have_header("zlib.h")
+abort "heapscope: libz is missing (apt-get install zlib1g-dev)" unless have_library("z", "deflateInit2_", "zlib.h")
+
+$srcs = Dir[File.join(__dir__, "*.c")].map { |path| File.basename(path) }
+create_makefile("heapscope/heapscope")

@@ -1,0 +1,220 @@
+// heapscope's Ruby bindings: Heapscope::Native (used by lib/heapscope.rb, which validates every
+// argument first) and Heapscope::Testing (test-only entry points). Nothing else lives here.
+#include <ruby.h>
+#include <ruby/thread.h>
+#include <ruby/version.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "capture.h"
+#include "pprof.h"
+#include "sampler.h"
+
+static VALUE eHeapscopeError;
+static uint64_t started_at_nanos;
+
+static uint64_t wall_nanos(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint32_t to_u32(VALUE value) { return (uint32_t)NUM2ULONG(value); }
+
+// Native._start(sample_every, max_frames, min_age, track_sizes, max_tracked_objects, max_stacks, slot_size)
+static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALUE min_age, VALUE track_sizes,
+                          VALUE max_tracked_objects, VALUE max_stacks, VALUE slot_size) {
+  (void)self;
+  if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
+  capture_config config = {
+    .sample_every = to_u32(sample_every),
+    .max_frames = to_u32(max_frames),
+    .min_age = to_u32(min_age),
+    .recorder = {
+      .max_tracked_objects = to_u32(max_tracked_objects),
+      .max_stacks = to_u32(max_stacks),
+      .track_sizes = RTEST(track_sizes),
+      .slot_size = to_u32(slot_size),
+    },
+  };
+  if (!capture_start(&config)) rb_raise(rb_eNoMemError, "heapscope: not enough memory to start");
+  started_at_nanos = wall_nanos();
+  return Qtrue;
+}
+
+static VALUE native_stop(VALUE self) {
+  (void)self;
+  bool was_running = capture_running();
+  capture_stop();
+  return was_running ? Qtrue : Qfalse;
+}
+
+static VALUE native_running_p(VALUE self) {
+  (void)self;
+  return capture_running() ? Qtrue : Qfalse;
+}
+
+// The profile's comments: the settings and every counter of what was dropped, so a reader of the
+// profile alone can tell how complete it is.
+static char *profile_comments(uint32_t min_age) {
+  const capture_config *c = capture_current_config();
+  capture_stats cs;
+  recorder_stats rs;
+  capture_get_stats(&cs);
+  recorder_get_stats(capture_recorder(), &rs);
+  size_t size = 1024;
+  char *text = malloc(size);
+  if (text == NULL) return NULL;
+  snprintf(text, size,
+           "heapscope %s ruby %s pid %ld\n"
+           "sample_every=%u max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
+           "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
+           "dropped_pending_full=%llu dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu\n"
+           "alloc_space is measured when a sample is committed; inuse_space when the profile is taken\n",
+           HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, c->max_frames, min_age,
+           c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
+           (unsigned long long)cs.samples_taken, (unsigned long long)rs.tracked_objects,
+           (unsigned long long)rs.dead_removed, (unsigned long long)cs.skipped_internal,
+           (unsigned long long)cs.frames_truncated, (unsigned long long)cs.dropped_pending_full,
+           (unsigned long long)rs.dropped_tracked_cap, (unsigned long long)rs.dropped_stack_cap,
+           (unsigned long long)(rs.dropped_no_memory + cs.dropped_no_memory));
+  return text;
+}
+
+typedef struct {
+  hs_snapshot *snapshot;
+  pb_buffer raw, gzipped;
+  bool ok;
+} encode_job;
+
+// Runs without the GVL: the snapshot shares nothing with live recorder state.
+static void *encode_without_gvl(void *arg) {
+  encode_job *job = arg;
+  job->ok = pprof_encode(job->snapshot, &job->raw) && pprof_gzip(&job->raw, &job->gzipped);
+  snapshot_free(job->snapshot);
+  job->snapshot = NULL;
+  pb_free(&job->raw);
+  return NULL;
+}
+
+static VALUE new_binary_string(VALUE job_ptr) {
+  encode_job *job = (encode_job *)job_ptr;
+  return rb_str_new((const char *)job->gzipped.data, (long)job->gzipped.len);
+}
+
+// Native._profile(allocs, min_age) -> gzipped pprof String
+static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
+  (void)self;
+  if (!capture_running()) rb_raise(eHeapscopeError, "heapscope is not running: call Heapscope.start first");
+  capture_flush();
+  uint32_t age = to_u32(min_age);
+  encode_job job = {0};
+  job.snapshot = recorder_snapshot(capture_recorder(), RTEST(allocs), age);
+  if (job.snapshot == NULL) rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
+  job.snapshot->period = capture_current_config()->sample_every;
+  job.snapshot->duration_nanos = (int64_t)(wall_nanos() - started_at_nanos);
+  job.snapshot->comments = profile_comments(age);
+  rb_thread_call_without_gvl(encode_without_gvl, &job, NULL, NULL);
+  if (!job.ok) {
+    pb_free(&job.gzipped);
+    rb_raise(rb_eNoMemError, "heapscope: not enough memory to encode the profile");
+  }
+  int state = 0;
+  VALUE result = rb_protect(new_binary_string, (VALUE)&job, &state);
+  pb_free(&job.gzipped);
+  if (state) rb_jump_tag(state);
+  return result;
+}
+
+static VALUE native_reset(VALUE self) {
+  (void)self;
+  if (capture_running()) {
+    capture_flush();
+    recorder_reset_allocs(capture_recorder());
+  }
+  return Qnil;
+}
+
+static void set(VALUE hash, const char *key, VALUE value) { rb_hash_aset(hash, ID2SYM(rb_intern(key)), value); }
+static void set_u64(VALUE hash, const char *key, uint64_t value) { set(hash, key, ULL2NUM(value)); }
+
+static VALUE native_stats(VALUE self) {
+  (void)self;
+  VALUE h = rb_hash_new();
+  set(h, "running", capture_running() ? Qtrue : Qfalse);
+  if (!capture_running()) return h;
+  capture_flush();
+  capture_stats cs;
+  recorder_stats rs;
+  capture_get_stats(&cs);
+  recorder_get_stats(capture_recorder(), &rs);
+  set_u64(h, "sample_every", capture_current_config()->sample_every);
+  set_u64(h, "samples_taken", cs.samples_taken);
+  set_u64(h, "tracked_objects", rs.tracked_objects);
+  set_u64(h, "stacks", rs.live_stacks);
+  set_u64(h, "frames", rs.frames);
+  set_u64(h, "strings", rs.strings);
+  set_u64(h, "alloc_sites", rs.alloc_sites);
+  set_u64(h, "dead_removed", rs.dead_removed + cs.died_before_commit);
+  set_u64(h, "frozen", rs.frozen_measured);
+  set_u64(h, "skipped_internal", cs.skipped_internal);
+  set_u64(h, "frames_truncated", cs.frames_truncated);
+  set_u64(h, "dropped", cs.dropped_pending_full + cs.dropped_no_memory + rs.dropped_tracked_cap +
+                          rs.dropped_stack_cap + rs.dropped_no_memory);
+  set_u64(h, "dropped_pending_full", cs.dropped_pending_full);
+  set_u64(h, "dropped_tracked_cap", rs.dropped_tracked_cap);
+  set_u64(h, "dropped_stack_cap", rs.dropped_stack_cap);
+  set_u64(h, "dropped_no_memory", cs.dropped_no_memory + rs.dropped_no_memory);
+  set_u64(h, "invalid_records", rs.invalid_records);
+  set_u64(h, "gc_runs_seen", cs.gc_end_marks);
+  set_u64(h, "commit_seconds_total_ns", cs.commit_nanos);
+  set_u64(h, "record_bytes", rs.record_bytes);
+  set_u64(h, "recorder_bytes", rs.memory_bytes + capture_memory());
+  return h;
+}
+
+// ---- Test-only entry points (Heapscope::Testing) ----
+
+// Testing.sampler_countdowns(sample_every, count, seed) -> Array of the sampler's first countdowns.
+static VALUE testing_sampler_countdowns(VALUE self, VALUE sample_every, VALUE count, VALUE seed) {
+  (void)self;
+  sampler s;
+  sampler_init(&s, to_u32(sample_every), NUM2ULL(seed));
+  long n = NUM2LONG(count);
+  VALUE result = rb_ary_new_capa(n);
+  for (long i = 0; i < n; i++) rb_ary_push(result, ULL2NUM(sampler_next_countdown(&s)));
+  return result;
+}
+
+static VALUE testing_age_bucket(VALUE self, VALUE age) {
+  (void)self;
+  return UINT2NUM(recorder_age_bucket(to_u32(age)));
+}
+
+static VALUE testing_pending_capacity(VALUE self) {
+  (void)self;
+  return UINT2NUM(capture_pending_capacity());
+}
+
+RUBY_FUNC_EXPORTED void Init_heapscope(void) {
+  VALUE mHeapscope = rb_define_module("Heapscope");
+  eHeapscopeError = rb_define_class_under(mHeapscope, "Error", rb_eStandardError);
+  rb_global_variable(&eHeapscopeError);
+
+  VALUE mNative = rb_define_module_under(mHeapscope, "Native");
+  rb_define_singleton_method(mNative, "_start", native_start, 7);
+  rb_define_singleton_method(mNative, "_stop", native_stop, 0);
+  rb_define_singleton_method(mNative, "_running?", native_running_p, 0);
+  rb_define_singleton_method(mNative, "_profile", native_profile, 2);
+  rb_define_singleton_method(mNative, "_stats", native_stats, 0);
+  rb_define_singleton_method(mNative, "_reset", native_reset, 0);
+
+  VALUE mTesting = rb_define_module_under(mHeapscope, "Testing");
+  rb_define_singleton_method(mTesting, "sampler_countdowns", testing_sampler_countdowns, 3);
+  rb_define_singleton_method(mTesting, "age_bucket", testing_age_bucket, 1);
+  rb_define_singleton_method(mTesting, "pending_capacity", testing_pending_capacity, 0);
+
+  capture_init();
+}

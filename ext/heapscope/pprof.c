@@ -1,0 +1,260 @@
+// The profile.proto schema, as heapscope uses it:
+//   Profile.sample_type: alloc_objects/count, alloc_space/bytes, inuse_objects/count, inuse_space/bytes
+//   Profile.sample: location ids leaf first; values already scaled by the sampling weight (pprof
+//     consumers do no unsampling of their own); labels "class" (str) and "gc_age" (num, GCs survived,
+//     bucket lower bound)
+//   one Location per distinct frame (one Line each), one Function per distinct (name, file)
+//   string_table[0] == ""; location and function ids are 1..N in first-use order, so the output is
+//   deterministic for a given snapshot.
+#include "pprof.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "idindex.h"
+
+// Field numbers, each with its wire type.
+enum {
+  tagProfile_SampleType = 1,        // repeated ValueType
+  tagProfile_Sample = 2,            // repeated Sample
+  tagProfile_Location = 4,          // repeated Location
+  tagProfile_Function = 5,          // repeated Function
+  tagProfile_StringTable = 6,       // repeated string
+  tagProfile_TimeNanos = 9,         // int64
+  tagProfile_DurationNanos = 10,    // int64
+  tagProfile_PeriodType = 11,       // ValueType
+  tagProfile_Period = 12,           // int64
+  tagProfile_Comment = 13,          // repeated int64 (string index)
+  tagProfile_DefaultSampleType = 14, // int64 (string index)
+
+  tagValueType_Type = 1, // int64 (string index)
+  tagValueType_Unit = 2, // int64 (string index)
+
+  tagSample_Location = 1, // repeated uint64, packed
+  tagSample_Value = 2,    // repeated int64, packed
+  tagSample_Label = 3,    // repeated Label
+
+  tagLabel_Key = 1, // int64 (string index)
+  tagLabel_Str = 2, // int64 (string index)
+  tagLabel_Num = 3, // int64
+
+  tagLocation_ID = 1,   // uint64
+  tagLocation_Line = 4, // repeated Line
+
+  tagLine_FunctionID = 1, // uint64
+  tagLine_Line = 2,       // int64
+
+  tagFunction_ID = 1,         // uint64
+  tagFunction_Name = 2,       // int64 (string index)
+  tagFunction_Filename = 4,   // int64 (string index)
+};
+
+static const char *const sample_type_names[HS_VALUE_COUNT][2] = {
+  {"alloc_objects", "count"},
+  {"alloc_space", "bytes"},
+  {"inuse_objects", "count"},
+  {"inuse_space", "bytes"},
+};
+
+// The tables one encoding builds: output strings, and the location and function ids handed out.
+typedef struct {
+  const hs_snapshot *snapshot;
+  strtab *out_strings;   // the output string_table (index 0 = "")
+  uint32_t *string_map;  // snapshot string id -> output index + 1 (0 = not yet mapped)
+  uint32_t *location_of; // frame id -> location id (0 = not yet emitted)
+  uint32_t *location_frames; // location id - 1 -> frame id, in emission order
+  uint32_t location_count;
+  uint32_t (*functions)[2];  // function id - 1 -> {name, file} output string indexes
+  uint32_t function_count;
+  idindex function_index;
+  bool failed;
+} encoder;
+
+static int64_t literal(encoder *e, const char *s) {
+  uint32_t id = strtab_intern(e->out_strings, s, strlen(s));
+  if (id == STRTAB_ERROR) e->failed = true;
+  return id;
+}
+
+static int64_t mapped_string(encoder *e, uint32_t snapshot_id) {
+  if (e->string_map[snapshot_id] == 0) {
+    size_t len;
+    const char *bytes = strtab_get(e->snapshot->strings, snapshot_id, &len);
+    uint32_t id = strtab_intern(e->out_strings, bytes, len);
+    if (id == STRTAB_ERROR) {
+      e->failed = true;
+      return 0;
+    }
+    e->string_map[snapshot_id] = id + 1;
+  }
+  return e->string_map[snapshot_id] - 1;
+}
+
+static bool function_equals(const void *ctx, uint32_t id, const void *key) {
+  const encoder *e = ctx;
+  return memcmp(e->functions[id - 1], key, sizeof(uint32_t[2])) == 0;
+}
+
+// Returns the function id for (name, file), adding it if new.
+static uint32_t function_id(encoder *e, uint32_t name, uint32_t file) {
+  uint32_t key[2] = {name, file};
+  uint32_t hash = idindex_hash_bytes(key, sizeof key);
+  uint32_t id = idindex_find(&e->function_index, hash, function_equals, e, key);
+  if (id != IDINDEX_NONE) return id;
+  id = ++e->function_count; // functions has room for one per frame: never more functions than frames
+  memcpy(e->functions[id - 1], key, sizeof key);
+  if (!idindex_insert(&e->function_index, hash, id)) e->failed = true;
+  return id;
+}
+
+static uint32_t location_id(encoder *e, uint32_t frame_id) {
+  if (frame_id >= e->snapshot->frame_count) frame_id = 0;
+  if (e->location_of[frame_id] == 0) {
+    e->location_frames[e->location_count] = frame_id;
+    e->location_of[frame_id] = ++e->location_count;
+  }
+  return e->location_of[frame_id];
+}
+
+static void write_value_type(pb_buffer *b, uint32_t tag, int64_t type, int64_t unit) {
+  size_t start = pb_start_message(b);
+  pb_int64_opt(b, tagValueType_Type, type);
+  pb_int64_opt(b, tagValueType_Unit, unit);
+  pb_end_message(b, tag, start);
+}
+
+static void write_label(pb_buffer *b, int64_t key, int64_t str, int64_t num) {
+  size_t start = pb_start_message(b);
+  pb_int64(b, tagLabel_Key, key);
+  pb_int64_opt(b, tagLabel_Str, str);
+  pb_int64_opt(b, tagLabel_Num, num);
+  pb_end_message(b, tagSample_Label, start);
+}
+
+static void write_samples(encoder *e, pb_buffer *b) {
+  const hs_snapshot *s = e->snapshot;
+  int64_t class_key = literal(e, "class"), age_key = literal(e, "gc_age");
+  uint64_t *locations = NULL;
+  size_t locations_capacity = 0;
+  for (size_t i = 0; i < s->sample_count && !e->failed; i++) {
+    const hs_sample *sample = &s->samples[i];
+    if (sample->frames_len > locations_capacity) {
+      free(locations);
+      locations_capacity = sample->frames_len * 2;
+      locations = malloc(sizeof(uint64_t) * locations_capacity);
+      if (locations == NULL) {
+        e->failed = true;
+        break;
+      }
+    }
+    for (uint32_t f = 0; f < sample->frames_len; f++) {
+      locations[f] = location_id(e, s->frame_ids[sample->frames_offset + f]);
+    }
+    size_t start = pb_start_message(b);
+    pb_packed_uint64(b, tagSample_Location, locations, sample->frames_len);
+    pb_packed_int64(b, tagSample_Value, sample->values, HS_VALUE_COUNT);
+    if (sample->class_id != 0) write_label(b, class_key, mapped_string(e, sample->class_id), 0);
+    if (sample->gc_age != HS_NO_AGE) {
+      // num 0 would be dropped as a proto3 default, which readers take as "0" anyway.
+      write_label(b, age_key, 0, sample->gc_age);
+    }
+    pb_end_message(b, tagProfile_Sample, start);
+  }
+  free(locations);
+}
+
+static void write_locations_and_functions(encoder *e, pb_buffer *b) {
+  const hs_snapshot *s = e->snapshot;
+  for (uint32_t l = 0; l < e->location_count && !e->failed; l++) {
+    const hs_frame *frame = &s->frames[e->location_frames[l]];
+    uint32_t function = function_id(e, (uint32_t)mapped_string(e, frame->function_id), (uint32_t)mapped_string(e, frame->file_id));
+    size_t start = pb_start_message(b);
+    pb_uint64(b, tagLocation_ID, l + 1);
+    size_t line_start = pb_start_message(b);
+    pb_uint64(b, tagLine_FunctionID, function);
+    pb_int64_opt(b, tagLine_Line, frame->line);
+    pb_end_message(b, tagLocation_Line, line_start);
+    pb_end_message(b, tagProfile_Location, start);
+  }
+  for (uint32_t f = 0; f < e->function_count; f++) {
+    size_t start = pb_start_message(b);
+    pb_uint64(b, tagFunction_ID, f + 1);
+    pb_int64_opt(b, tagFunction_Name, e->functions[f][0]);
+    pb_int64_opt(b, tagFunction_Filename, e->functions[f][1]);
+    pb_end_message(b, tagProfile_Function, start);
+  }
+}
+
+static void write_header(encoder *e, pb_buffer *b) {
+  const hs_snapshot *s = e->snapshot;
+  for (int i = 0; i < HS_VALUE_COUNT; i++) {
+    write_value_type(b, tagProfile_SampleType, literal(e, sample_type_names[i][0]), literal(e, sample_type_names[i][1]));
+  }
+  pb_int64_opt(b, tagProfile_TimeNanos, s->time_nanos);
+  pb_int64_opt(b, tagProfile_DurationNanos, s->duration_nanos);
+  write_value_type(b, tagProfile_PeriodType, literal(e, "allocations"), literal(e, "count"));
+  pb_int64_opt(b, tagProfile_Period, s->period);
+  if (s->allocs) pb_int64(b, tagProfile_DefaultSampleType, literal(e, "alloc_space"));
+  for (const char *line = s->comments; line != NULL && *line != '\0';) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    uint32_t id = strtab_intern(e->out_strings, line, len);
+    if (id == STRTAB_ERROR) e->failed = true;
+    else if (id != 0) pb_int64(b, tagProfile_Comment, id);
+    line = end ? end + 1 : line + len;
+  }
+}
+
+bool pprof_encode(const hs_snapshot *snapshot, pb_buffer *out) {
+  encoder e = {.snapshot = snapshot};
+  uint32_t frames = snapshot->frame_count ? snapshot->frame_count : 1;
+  e.out_strings = strtab_new();
+  e.string_map = calloc(strtab_count(snapshot->strings), sizeof(uint32_t));
+  e.location_of = calloc(frames, sizeof(uint32_t));
+  e.location_frames = malloc(sizeof(uint32_t) * frames);
+  e.functions = malloc(sizeof(uint32_t[2]) * frames);
+  if (e.out_strings == NULL || e.string_map == NULL || e.location_of == NULL || e.location_frames == NULL ||
+      e.functions == NULL || !idindex_init(&e.function_index, 64)) {
+    e.failed = true;
+  }
+  if (!e.failed) {
+    write_header(&e, out);
+    write_samples(&e, out);
+    write_locations_and_functions(&e, out);
+    for (uint32_t id = 0; id < strtab_count(e.out_strings) && !e.failed; id++) {
+      size_t len;
+      const char *bytes = strtab_get(e.out_strings, id, &len);
+      pb_bytes(out, tagProfile_StringTable, bytes, len);
+    }
+  }
+  strtab_free(e.out_strings);
+  free(e.string_map);
+  free(e.location_of);
+  free(e.location_frames);
+  free(e.functions);
+  idindex_free(&e.function_index);
+  return !e.failed && !out->failed;
+}
+
+bool pprof_gzip(const pb_buffer *in, pb_buffer *out) {
+  z_stream zs = {0};
+  // windowBits 15 + 16: a gzip header and trailer around the deflate stream.
+  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return false;
+  size_t bound = deflateBound(&zs, in->len) + 32;
+  out->data = malloc(bound);
+  if (out->data == NULL) {
+    deflateEnd(&zs);
+    out->failed = true;
+    return false;
+  }
+  out->capacity = bound;
+  zs.next_in = in->data;
+  zs.avail_in = (uInt)in->len;
+  zs.next_out = out->data;
+  zs.avail_out = (uInt)bound;
+  int status = deflate(&zs, Z_FINISH);
+  out->len = bound - zs.avail_out;
+  deflateEnd(&zs);
+  return status == Z_STREAM_END;
+}

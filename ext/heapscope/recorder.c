@@ -1,0 +1,318 @@
+// The heap recorder. Records live in one dense array: the GC hook walks it front to back and compacts
+// it in place (no hashing, no pointer chasing), and nothing ever looks a record up by object, because
+// liveness comes from the GC's mark bits rather than from a free hook.
+#include "recorder.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "idindex.h"
+
+// Both are exported by libruby (ext/objspace uses them) but declared only in Ruby's internal headers.
+#ifdef HAVE_RB_OBJSPACE_MARKED_OBJECT_P
+int rb_objspace_marked_object_p(VALUE obj);
+#endif
+#ifdef HAVE_RB_OBJ_MEMSIZE_OF
+size_t rb_obj_memsize_of(VALUE obj);
+#endif
+
+enum { RECORD_FROZEN_MEASURED = 1 }; // seen frozen: its size can no longer change
+
+typedef struct {
+  VALUE obj;         // weak: never marked; dropped at GC_END_MARK when unmarked, moved by compaction
+  uint64_t size;     // bytes, as last measured
+  uint32_t stack_id; // one reference to the stack is held by the record
+  uint32_t class_id;
+  uint32_t alloc_gc; // rb_gc_count() when allocated (mod 2^32)
+  uint32_t weight;   // allocations this sample stands for
+  uint32_t flags;
+  uint32_t unused;
+} record;
+_Static_assert(sizeof(record) <= 48, "the design budget is 48 bytes per tracked object");
+
+typedef struct {
+  uint32_t stack_id; // the counter holds one reference to the stack
+  uint32_t class_id;
+} alloc_key;
+
+typedef struct {
+  alloc_key key;
+  int64_t objects, bytes; // weighted
+} alloc_counter;
+
+struct recorder {
+  recorder_config config;
+  strtab *strings;
+  stacktab *stacks;
+
+  record *records;
+  size_t record_count, record_capacity;
+
+  alloc_counter *allocs; // allocs[id - 1]
+  uint32_t alloc_count, alloc_capacity;
+  idindex alloc_index;
+
+  recorder_stats stats;
+};
+
+recorder *recorder_new(const recorder_config *config) {
+  recorder *r = calloc(1, sizeof(recorder));
+  if (r == NULL) return NULL;
+  r->config = *config;
+  r->strings = strtab_new();
+  r->stacks = stacktab_new(config->max_stacks);
+  if (r->strings == NULL || r->stacks == NULL || !idindex_init(&r->alloc_index, 256)) {
+    recorder_free(r);
+    return NULL;
+  }
+  return r;
+}
+
+void recorder_free(recorder *r) {
+  if (r == NULL) return;
+  free(r->records);
+  free(r->allocs);
+  idindex_free(&r->alloc_index);
+  stacktab_free(r->stacks);
+  strtab_free(r->strings);
+  free(r);
+}
+
+strtab *recorder_strings(recorder *r) { return r->strings; }
+stacktab *recorder_stacks(recorder *r) { return r->stacks; }
+
+static bool alloc_key_equals(const void *ctx, uint32_t id, const void *key) {
+  const recorder *r = ctx;
+  return memcmp(&r->allocs[id - 1].key, key, sizeof(alloc_key)) == 0;
+}
+
+// Adds weight allocations of size bytes to the counter of (stack_id, class_id), creating it (and
+// taking a reference to the stack) if new. Returns false when memory is short.
+static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t weight, uint64_t size) {
+  alloc_key key = {stack_id, class_id};
+  uint32_t hash = idindex_hash_bytes(&key, sizeof key);
+  uint32_t id = idindex_find(&r->alloc_index, hash, alloc_key_equals, r, &key);
+  if (id == IDINDEX_NONE) {
+    if (r->alloc_count == r->alloc_capacity) {
+      uint32_t capacity = r->alloc_capacity ? r->alloc_capacity * 2 : 256;
+      alloc_counter *allocs = realloc(r->allocs, sizeof(alloc_counter) * capacity);
+      if (allocs == NULL) return false;
+      r->allocs = allocs;
+      r->alloc_capacity = capacity;
+    }
+    id = r->alloc_count + 1;
+    if (!idindex_insert(&r->alloc_index, hash, id)) return false;
+    r->allocs[id - 1] = (alloc_counter){.key = key};
+    r->alloc_count++;
+    stacktab_retain(r->stacks, stack_id);
+  }
+  r->allocs[id - 1].objects += weight;
+  r->allocs[id - 1].bytes += (int64_t)(weight * size);
+  return true;
+}
+
+void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
+                    uint32_t alloc_gc, uint32_t weight, uint64_t size) {
+  uint32_t stack_id;
+  switch (stacktab_acquire(r->stacks, frame_ids, n, &stack_id)) {
+    case STACKTAB_OK: break;
+    case STACKTAB_FULL: r->stats.dropped_stack_cap++; return;
+    case STACKTAB_NOMEM: r->stats.dropped_no_memory++; return;
+  }
+  if (!count_allocation(r, stack_id, class_id, weight, size)) {
+    r->stats.dropped_no_memory++;
+    stacktab_release(r->stacks, stack_id);
+    return;
+  }
+  if (r->record_count >= r->config.max_tracked_objects) {
+    r->stats.dropped_tracked_cap++;
+    stacktab_release(r->stacks, stack_id);
+    return;
+  }
+  if (r->record_count == r->record_capacity) {
+    size_t capacity = r->record_capacity ? r->record_capacity * 2 : 1024;
+    record *records = realloc(r->records, sizeof(record) * capacity);
+    if (records == NULL) {
+      r->stats.dropped_no_memory++;
+      stacktab_release(r->stacks, stack_id);
+      return;
+    }
+    r->records = records;
+    r->record_capacity = capacity;
+  }
+  bool frozen = RB_OBJ_FROZEN(obj);
+  if (frozen) r->stats.frozen_measured++;
+  r->records[r->record_count++] = (record){
+    .obj = obj, .size = size, .stack_id = stack_id, .class_id = class_id, .alloc_gc = alloc_gc, .weight = weight,
+    .flags = frozen ? RECORD_FROZEN_MEASURED : 0,
+  };
+}
+
+void recorder_on_gc_end_mark(recorder *r) {
+  size_t kept = 0;
+  for (size_t i = 0; i < r->record_count; i++) {
+    record *rec = &r->records[i];
+    // An unmarked object is garbage: it will be swept (its slot freed, maybe reused) before the
+    // mutator runs again, so the record must go now. Old objects keep their mark bits through minor
+    // GCs, so this is right for minor and major GCs alike.
+    if (rb_objspace_marked_object_p(rec->obj)) {
+      r->records[kept++] = *rec;
+    } else {
+      stacktab_release(r->stacks, rec->stack_id);
+      r->stats.dead_removed++;
+    }
+  }
+  r->record_count = kept;
+}
+
+void recorder_on_compact(recorder *r) {
+  for (size_t i = 0; i < r->record_count; i++) r->records[i].obj = rb_gc_location(r->records[i].obj);
+}
+
+uint32_t recorder_age_bucket(uint32_t age) {
+  if (age < 2) return age;
+  uint32_t bucket = 1;
+  while (age >>= 1) bucket <<= 1;
+  return bucket;
+}
+
+static uint64_t measure(const recorder *r, VALUE obj) {
+#ifdef HAVE_RB_OBJ_MEMSIZE_OF
+  if (r->config.track_sizes) return rb_obj_memsize_of(obj);
+#endif
+  return r->config.slot_size;
+}
+
+// Checks that a record still points at an object. Liveness makes this always true; the check turns a
+// bug into a counted, dropped record instead of a crash in memsize_of.
+static bool record_is_valid(VALUE obj) {
+  if (RB_SPECIAL_CONST_P(obj)) return false;
+  switch (RB_BUILTIN_TYPE(obj)) {
+    case RUBY_T_NONE: case RUBY_T_MOVED: case RUBY_T_ZOMBIE: case RUBY_T_IMEMO: return false;
+    default: return true;
+  }
+}
+
+// The aggregation key of live objects in a snapshot.
+typedef struct {
+  uint32_t stack_id, class_id, age_bucket;
+} live_key;
+
+typedef struct {
+  live_key key;
+  int64_t objects, bytes;
+} live_group;
+
+typedef struct {
+  live_group *groups;
+  uint32_t count;
+  idindex index;
+} live_groups;
+
+static bool live_key_equals(const void *ctx, uint32_t id, const void *key) {
+  const live_groups *g = ctx;
+  return memcmp(&g->groups[id - 1].key, key, sizeof(live_key)) == 0;
+}
+
+// Measures live records old enough for the profile and sums them per (stack, class, age bucket).
+// groups->groups must have room for one group per record. Returns false when memory is short.
+static bool group_live_records(recorder *r, uint32_t min_age, live_groups *groups) {
+  uint32_t gc_now = (uint32_t)rb_gc_count();
+  size_t kept = 0;
+  for (size_t i = 0; i < r->record_count; i++) {
+    record *rec = &r->records[i];
+    if (!record_is_valid(rec->obj)) {
+      stacktab_release(r->stacks, rec->stack_id);
+      r->stats.invalid_records++;
+      continue;
+    }
+    r->records[kept++] = *rec;
+    rec = &r->records[kept - 1];
+    uint32_t age = gc_now - rec->alloc_gc;
+    if (age < min_age) continue;
+    if (!(rec->flags & RECORD_FROZEN_MEASURED)) {
+      rec->size = measure(r, rec->obj);
+      if (RB_OBJ_FROZEN(rec->obj)) {
+        rec->flags |= RECORD_FROZEN_MEASURED;
+        r->stats.frozen_measured++;
+      }
+    }
+    live_key key = {rec->stack_id, rec->class_id, recorder_age_bucket(age)};
+    uint32_t hash = idindex_hash_bytes(&key, sizeof key);
+    uint32_t id = idindex_find(&groups->index, hash, live_key_equals, groups, &key);
+    if (id == IDINDEX_NONE) {
+      id = ++groups->count;
+      groups->groups[id - 1] = (live_group){.key = key};
+      if (!idindex_insert(&groups->index, hash, id)) return false;
+    }
+    groups->groups[id - 1].objects += rec->weight;
+    groups->groups[id - 1].bytes += (int64_t)(rec->weight * rec->size);
+  }
+  r->record_count = kept;
+  return true;
+}
+
+static bool add_sample(recorder *r, hs_snapshot *s, uint32_t stack_id, uint32_t class_id, int32_t gc_age, const int64_t values[HS_VALUE_COUNT]) {
+  uint32_t n;
+  const uint32_t *frame_ids = stacktab_stack(r->stacks, stack_id, &n);
+  return snapshot_add_sample(s, frame_ids, n, class_id, gc_age, values);
+}
+
+hs_snapshot *recorder_snapshot(recorder *r, bool allocs, uint32_t min_age) {
+  hs_snapshot *s = calloc(1, sizeof(hs_snapshot));
+  live_groups groups = {.groups = malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
+  bool ok = s != NULL && groups.groups != NULL && idindex_init(&groups.index, 64) &&
+            group_live_records(r, min_age, &groups);
+
+  // Allocation counters first (alloc_* values, no gc_age), then live groups (inuse_* values).
+  for (uint32_t i = 0; ok && i < r->alloc_count; i++) {
+    const alloc_counter *c = &r->allocs[i];
+    if (c->objects == 0) continue;
+    int64_t values[HS_VALUE_COUNT] = {c->objects, c->bytes, 0, 0};
+    ok = add_sample(r, s, c->key.stack_id, c->key.class_id, HS_NO_AGE, values);
+  }
+  for (uint32_t i = 0; ok && i < groups.count; i++) {
+    const live_group *g = &groups.groups[i];
+    int64_t values[HS_VALUE_COUNT] = {0, 0, g->objects, g->bytes};
+    ok = add_sample(r, s, g->key.stack_id, g->key.class_id, (int32_t)g->key.age_bucket, values);
+  }
+  free(groups.groups);
+  idindex_free(&groups.index);
+  if (ok) {
+    s->strings = strtab_clone(r->strings);
+    s->frames = stacktab_copy_frames(r->stacks, &s->frame_count);
+    ok = s->strings != NULL && s->frames != NULL;
+  }
+  if (!ok) {
+    snapshot_free(s);
+    return NULL;
+  }
+  s->allocs = allocs;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  s->time_nanos = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+  return s;
+}
+
+void recorder_reset_allocs(recorder *r) {
+  for (uint32_t i = 0; i < r->alloc_count; i++) stacktab_release(r->stacks, r->allocs[i].key.stack_id);
+  r->alloc_count = 0;
+  idindex_free(&r->alloc_index);
+  if (!idindex_init(&r->alloc_index, 256)) {
+    // An empty index with no slots still works: the next insert allocates.
+  }
+}
+
+void recorder_get_stats(const recorder *r, recorder_stats *stats) {
+  *stats = r->stats;
+  stats->tracked_objects = r->record_count;
+  stats->alloc_sites = r->alloc_count;
+  stats->record_bytes = sizeof(record);
+  stats->live_stacks = stacktab_live_stacks(r->stacks);
+  stats->frames = stacktab_frame_count(r->stacks) - 1;
+  stats->strings = strtab_count(r->strings) - 1;
+  stats->memory_bytes = sizeof(recorder) + sizeof(record) * r->record_capacity +
+                        sizeof(alloc_counter) * r->alloc_capacity + idindex_memory(&r->alloc_index) +
+                        stacktab_memory(r->stacks) + strtab_memory(r->strings);
+}

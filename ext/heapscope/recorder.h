@@ -1,0 +1,81 @@
+// recorder: the heap recorder. One record per sampled object that is still alive, pointing at the
+// object's interned stack and class; per-(stack, class) allocation counters; snapshots.
+//
+// Liveness (the design's decision 1): records hold their objects weakly (never marked). At the end of
+// every GC's marking phase, before anything is swept, recorder_on_gc_end_mark drops each record whose
+// object the GC did not mark: that slot is about to be freed and may be reused. Objects moved by
+// compaction are followed in recorder_on_compact. So, outside a GC, every record's VALUE is a live
+// object of the heap and may be dereferenced (memsize_of, frozen check). No object ids, no WeakMap.
+//
+// NOTE: every function runs with the GVL held. recorder_on_gc_end_mark and recorder_on_compact run
+//       inside the GC: they never allocate Ruby objects, never raise, never call Ruby.
+// NOTE: no function raises; failures are counted in stats (nothing is dropped silently).
+// NOTE: ownership: the recorder owns its string and stack tables; capture interns into them.
+#ifndef HEAPSCOPE_RECORDER_H
+#define HEAPSCOPE_RECORDER_H
+
+#include <ruby.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "snapshot.h"
+#include "stacktab.h"
+#include "strtab.h"
+
+typedef struct recorder recorder;
+
+typedef struct {
+  uint32_t max_tracked_objects; // records past this are refused (counted in dropped_tracked_cap)
+  uint32_t max_stacks;          // distinct live stacks past this are refused (dropped_stack_cap)
+  bool track_sizes;             // measure objects with memsize_of (else every object is slot_size)
+  uint32_t slot_size;           // the size assumed when sizes are not tracked
+} recorder_config;
+
+typedef struct {
+  uint64_t tracked_objects;     // records now
+  uint64_t alloc_sites;         // (stack, class) allocation counters now
+  uint64_t dead_removed;        // records dropped because their object died
+  uint64_t dropped_tracked_cap; // samples not tracked: max_tracked_objects reached
+  uint64_t dropped_stack_cap;   // samples dropped: max_stacks reached
+  uint64_t dropped_no_memory;   // samples dropped: malloc failed
+  uint64_t frozen_measured;     // records whose object was seen frozen (measured once, not again)
+  uint64_t invalid_records;     // records found pointing at a non-object (a bug; dropped)
+  uint64_t memory_bytes;        // bytes the recorder holds (records, counters, stacks, strings)
+  uint64_t record_bytes;        // bytes per record (sizeof)
+  uint64_t live_stacks, frames, strings;
+} recorder_stats;
+
+// A new recorder, or NULL when memory is short.
+recorder *recorder_new(const recorder_config *config);
+// Frees the recorder and everything it owns. NULL is a no-op.
+void recorder_free(recorder *r);
+
+strtab *recorder_strings(recorder *r);
+stacktab *recorder_stacks(recorder *r);
+
+// Starts tracking obj (a live, initialised object; called from capture's postponed commit, not from
+// the allocation hook) allocated at the stack frame_ids[0..n) (leaf first), of class class_id (a
+// string id), when rb_gc_count() was alloc_gc; it stands for weight allocations of size bytes.
+void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
+                    uint32_t alloc_gc, uint32_t weight, uint64_t size);
+
+// Inside GC, at RUBY_INTERNAL_EVENT_GC_END_MARK: drops records of objects that were not marked.
+void recorder_on_gc_end_mark(recorder *r);
+// Inside GC, while references are updated after compaction: follows moved objects.
+void recorder_on_compact(recorder *r);
+
+// Builds a snapshot (see snapshot.h): live objects that survived at least min_age GCs, grouped by
+// (stack, class, gc_age bucket), plus the allocation counters; sizes are re-measured first (objects
+// seen frozen keep their size). allocs marks it as an allocations profile. NULL when memory is short.
+hs_snapshot *recorder_snapshot(recorder *r, bool allocs, uint32_t min_age);
+
+// Zeroes the allocation counters (and releases the stacks only they kept alive).
+void recorder_reset_allocs(recorder *r);
+
+void recorder_get_stats(const recorder *r, recorder_stats *stats);
+
+// The gc_age bucket of an object that survived age GCs: 0, 1, 2, 4, 8, ... (powers of two), so
+// samples stay aggregated as objects age.
+uint32_t recorder_age_bucket(uint32_t age);
+
+#endif

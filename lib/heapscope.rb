@@ -1,0 +1,145 @@
+# frozen_string_literal: true
+
+require_relative "heapscope/version"
+require_relative "heapscope/heapscope" # the C extension: Heapscope::Native
+
+# heapscope: which lines of code allocated the objects that are still alive, how many, how big, how old.
+#
+#   Heapscope.start(sample_every: 1000)
+#   ...
+#   File.binwrite("heap.pb.gz", Heapscope.profile(gc: true))  # or Heapscope.write("heap.pb.gz")
+#
+# Profiles are gzipped pprof (profile.proto) that `go tool pprof`, Pyroscope, Parca and Grafana read.
+# This file only validates options and forwards to the C core; docs/configuration.md lists every option.
+module Heapscope
+  # Raised for calls made in the wrong state (start while running, profile before start).
+  class Error < StandardError; end
+
+  START_DEFAULTS = {
+    sample_every: 1000,
+    max_frames: 400,
+    min_age: 1,
+    track_sizes: true,
+    max_tracked_objects: 1_000_000,
+    max_stacks: 100_000,
+  }.freeze
+
+  PROFILE_DEFAULTS = { gc: false, type: :heap, min_age: nil }.freeze
+  PROFILE_TYPES = %i[heap allocs].freeze
+  MAX_FRAMES_LIMIT = 3000
+  # The size reported for every object when track_sizes is false: one heap slot.
+  SLOT_SIZE = GC::INTERNAL_CONSTANTS[:RVALUE_SIZE] || GC::INTERNAL_CONSTANTS[:BASE_SLOT_SIZE] || 40
+
+  class << self
+    # Starts sampling allocations. Raises ArgumentError for a bad option, Heapscope::Error if running.
+    def start(**options)
+      config = check_options(options, START_DEFAULTS, "start")
+      check_integer(config, :sample_every, 1, 2**31 - 1)
+      check_integer(config, :max_frames, 1, MAX_FRAMES_LIMIT)
+      check_integer(config, :min_age, 0, 2**31 - 1)
+      check_integer(config, :max_tracked_objects, 1, 2**31 - 1)
+      check_integer(config, :max_stacks, 1, 2**31 - 1)
+      check_boolean(config, :track_sizes)
+      if running?
+        raise Error, "heapscope is already running (call Heapscope.stop first, or check Heapscope.running?)"
+      end
+
+      Native._start(config[:sample_every], config[:max_frames], config[:min_age], config[:track_sizes],
+                    config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE)
+      @config = config
+      true
+    end
+
+    # Stops sampling and forgets every tracked object. Returns false when it was not running.
+    def stop
+      Native._stop
+    end
+
+    def running?
+      Native._running?
+    end
+
+    # The settings of the current run (nil before the first start).
+    def config
+      @config
+    end
+
+    # Returns a gzipped pprof profile (a binary String).
+    #   gc:      run a full GC first, so the profile reflects what is really alive now.
+    #   type:    :heap (viewers show inuse_space) or :allocs (default sample type alloc_space).
+    #   min_age: leave out objects that survived fewer GCs than this (default: the start option).
+    def profile(**options)
+      opts = check_profile_options(options)
+      unless running?
+        raise Error, "heapscope is not running: call Heapscope.start before asking for a profile"
+      end
+
+      GC.start(full_mark: true, immediate_sweep: true) if opts[:gc]
+      Native._profile(opts[:type] == :allocs, opts[:min_age] || @config[:min_age])
+    end
+
+    # Writes profile(**options) to path atomically (temp file in the same directory, then rename),
+    # so a reader never sees a partial file. Returns path.
+    def write(path, **options)
+      data = profile(**options)
+      path = path.to_s
+      tmp = "#{path}.tmp-#{Process.pid}-#{rand(1 << 32).to_s(16)}"
+      begin
+        File.open(tmp, File::WRONLY | File::CREAT | File::EXCL | File::BINARY, 0o644) do |f|
+          f.write(data)
+          f.flush
+          f.fsync
+        end
+        File.rename(tmp, path)
+      ensure
+        File.unlink(tmp) if File.exist?(tmp)
+      end
+      path
+    end
+
+    # Counters of the recorder (a Hash with Symbol keys; see docs/configuration.md#stats).
+    def stats
+      Native._stats
+    end
+
+    # Forgets the allocation counts (alloc_* values restart from zero); live objects stay tracked.
+    def reset
+      Native._reset
+    end
+
+    private
+
+    def check_options(options, defaults, method)
+      unknown = options.keys - defaults.keys
+      unless unknown.empty?
+        raise ArgumentError, "Heapscope.#{method}: unknown option #{unknown.map(&:inspect).join(", ")} " \
+                             "(known: #{defaults.keys.join(", ")})"
+      end
+      defaults.merge(options)
+    end
+
+    def check_integer(config, key, min, max)
+      value = config[key]
+      return if value.is_a?(Integer) && value >= min && value <= max
+
+      raise ArgumentError, "#{key} must be an Integer from #{min} to #{max}, got #{value.inspect}"
+    end
+
+    def check_boolean(config, key)
+      value = config[key]
+      return if value == true || value == false
+
+      raise ArgumentError, "#{key} must be true or false, got #{value.inspect}"
+    end
+
+    def check_profile_options(options)
+      opts = check_options(options, PROFILE_DEFAULTS, "profile")
+      unless PROFILE_TYPES.include?(opts[:type])
+        raise ArgumentError, "type must be one of #{PROFILE_TYPES.map(&:inspect).join(", ")}, got #{opts[:type].inspect}"
+      end
+      check_boolean(opts, :gc)
+      check_integer(opts, :min_age, 0, 2**31 - 1) unless opts[:min_age].nil?
+      opts
+    end
+  end
+end
