@@ -1,17 +1,20 @@
-// capture: the allocation hook and everything between an allocation and the recorder.
+// capture: the allocation hook, from an allocation to a record.
 //
 //   allocation --NEWOBJ hook--> countdown hits 0? --no--> return (a decrement and a branch)
-//                                   | yes: rb_profile_frames into a preallocated ring slot, the GC
-//                                   v      count and the weight; no Ruby allocation, no raise
-//                       postponed job (next safe point) --> names: frame ids, class id --> recorder
+//                                   | yes
+//                                   v
+//     rb_profile_frames into a preallocated buffer -> code ids (names.h) -> frame and stack ids
+//     (stacktab) -> class name id -> recorder_track. No Ruby allocation, no raise, no object id.
 //
-// A GC_END_MARK hook keeps the recorder's records (and samples still in the ring) pointing only at
-// live objects; the holder object's dcompact follows objects moved by compaction. One capture per
-// process (the VM has one heap); all state is static.
+// Everything happens inside the hook, in the allocating thread. (A postponed job would have been the
+// natural place for the rest, but on Ruby 3.1 postponed jobs run only on the main thread, so samples
+// from other threads would wait, or be lost, until it runs.) Names that need Ruby allocation are read
+// when a profile is built. A GC_END_MARK hook keeps the records pointing only at live objects; the
+// holder object's dcompact follows objects moved by compaction. One capture per process (the VM has
+// one heap); all state is static.
 //
 // NOTE: every function runs with the GVL held and none raises; capture_start reports failure by
 //       returning false (memory short).
-// NOTE: heapscope's own allocations while committing samples are not sampled.
 #ifndef HEAPSCOPE_CAPTURE_H
 #define HEAPSCOPE_CAPTURE_H
 
@@ -19,6 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "names.h"
 #include "recorder.h"
 
 typedef struct {
@@ -29,14 +33,11 @@ typedef struct {
 } capture_config;
 
 typedef struct {
-  uint64_t samples_taken;        // allocations the sampler picked
-  uint64_t dropped_pending_full; // picked, but the ring was full (the commit job had not run yet)
-  uint64_t died_before_commit;   // picked, but the object died before its sample was committed
-  uint64_t skipped_internal;     // picked, but VM-internal (T_IMEMO and the like): not a Ruby object
-  uint64_t dropped_no_memory;    // picked, but naming its frames or class ran out of memory
-  uint64_t frames_truncated;     // samples whose stack was deeper than max_frames
-  uint64_t gc_end_marks;         // GCs observed
-  uint64_t commit_nanos;         // time spent committing samples (names, interning, recording)
+  uint64_t samples_taken;     // allocations the sampler picked
+  uint64_t skipped_internal;  // picked, but VM-internal (T_IMEMO and the like): not a Ruby object
+  uint64_t dropped_no_memory; // picked, but interning its frames or class ran out of memory
+  uint64_t frames_truncated;  // samples whose stack was deeper than max_frames
+  uint64_t gc_end_marks;      // GCs observed
 } capture_stats;
 
 // Once, from Init: creates the object through which the GC marks and compacts capture's state.
@@ -49,15 +50,11 @@ void capture_stop(void);
 bool capture_running(void);
 const capture_config *capture_current_config(void);
 
-// Commits samples still waiting in the ring, so a snapshot sees every allocation made so far.
-void capture_flush(void);
-// The running recorder, or NULL when stopped.
+// The running recorder and code names, or NULL when stopped.
 recorder *capture_recorder(void);
+names *capture_names(void);
 void capture_get_stats(capture_stats *stats);
-// Bytes held by capture itself (ring and name cache), excluding the recorder.
+// Bytes held by capture itself (frame buffers and code names), excluding the recorder.
 size_t capture_memory(void);
-
-// ---- Test-only entry points (Heapscope::Testing) ----
-uint32_t capture_pending_capacity(void);
 
 #endif

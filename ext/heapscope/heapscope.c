@@ -71,13 +71,13 @@ static char *profile_comments(uint32_t min_age) {
            "heapscope %s ruby %s pid %ld\n"
            "sample_every=%u max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
            "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
-           "dropped_pending_full=%llu dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu\n"
-           "alloc_space is measured when a sample is committed; inuse_space when the profile is taken\n",
+           "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu\n"
+           "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
            (unsigned long long)cs.samples_taken, (unsigned long long)rs.tracked_objects,
            (unsigned long long)rs.dead_removed, (unsigned long long)cs.skipped_internal,
-           (unsigned long long)cs.frames_truncated, (unsigned long long)cs.dropped_pending_full,
+           (unsigned long long)cs.frames_truncated,
            (unsigned long long)rs.dropped_tracked_cap, (unsigned long long)rs.dropped_stack_cap,
            (unsigned long long)(rs.dropped_no_memory + cs.dropped_no_memory));
   return text;
@@ -108,10 +108,13 @@ static VALUE new_binary_string(VALUE job_ptr) {
 static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   (void)self;
   if (!capture_running()) rb_raise(eHeapscopeError, "heapscope is not running: call Heapscope.start first");
-  capture_flush();
   uint32_t age = to_u32(min_age);
+  // Names need Ruby strings, so they are read here, before the snapshot (which allocates none).
+  if (!names_resolve(capture_names(), recorder_strings(capture_recorder()))) {
+    rb_raise(rb_eNoMemError, "heapscope: not enough memory to name frames");
+  }
   encode_job job = {0};
-  job.snapshot = recorder_snapshot(capture_recorder(), RTEST(allocs), age);
+  job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), RTEST(allocs), age);
   if (job.snapshot == NULL) rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
   job.snapshot->period = capture_current_config()->sample_every;
   job.snapshot->duration_nanos = (int64_t)(wall_nanos() - started_at_nanos);
@@ -130,10 +133,7 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
 
 static VALUE native_reset(VALUE self) {
   (void)self;
-  if (capture_running()) {
-    capture_flush();
-    recorder_reset_allocs(capture_recorder());
-  }
+  if (capture_running()) recorder_reset_allocs(capture_recorder());
   return Qnil;
 }
 
@@ -145,7 +145,6 @@ static VALUE native_stats(VALUE self) {
   VALUE h = rb_hash_new();
   set(h, "running", capture_running() ? Qtrue : Qfalse);
   if (!capture_running()) return h;
-  capture_flush();
   capture_stats cs;
   recorder_stats rs;
   capture_get_stats(&cs);
@@ -157,19 +156,16 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "frames", rs.frames);
   set_u64(h, "strings", rs.strings);
   set_u64(h, "alloc_sites", rs.alloc_sites);
-  set_u64(h, "dead_removed", rs.dead_removed + cs.died_before_commit);
+  set_u64(h, "dead_removed", rs.dead_removed);
   set_u64(h, "frozen", rs.frozen_measured);
   set_u64(h, "skipped_internal", cs.skipped_internal);
   set_u64(h, "frames_truncated", cs.frames_truncated);
-  set_u64(h, "dropped", cs.dropped_pending_full + cs.dropped_no_memory + rs.dropped_tracked_cap +
-                          rs.dropped_stack_cap + rs.dropped_no_memory);
-  set_u64(h, "dropped_pending_full", cs.dropped_pending_full);
+  set_u64(h, "dropped", cs.dropped_no_memory + rs.dropped_tracked_cap + rs.dropped_stack_cap + rs.dropped_no_memory);
   set_u64(h, "dropped_tracked_cap", rs.dropped_tracked_cap);
   set_u64(h, "dropped_stack_cap", rs.dropped_stack_cap);
   set_u64(h, "dropped_no_memory", cs.dropped_no_memory + rs.dropped_no_memory);
   set_u64(h, "invalid_records", rs.invalid_records);
   set_u64(h, "gc_runs_seen", cs.gc_end_marks);
-  set_u64(h, "commit_seconds_total_ns", cs.commit_nanos);
   set_u64(h, "record_bytes", rs.record_bytes);
   set_u64(h, "recorder_bytes", rs.memory_bytes + capture_memory());
   return h;
@@ -193,11 +189,6 @@ static VALUE testing_age_bucket(VALUE self, VALUE age) {
   return UINT2NUM(recorder_age_bucket(to_u32(age)));
 }
 
-static VALUE testing_pending_capacity(VALUE self) {
-  (void)self;
-  return UINT2NUM(capture_pending_capacity());
-}
-
 RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   VALUE mHeapscope = rb_define_module("Heapscope");
   eHeapscopeError = rb_define_class_under(mHeapscope, "Error", rb_eStandardError);
@@ -214,7 +205,6 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   VALUE mTesting = rb_define_module_under(mHeapscope, "Testing");
   rb_define_singleton_method(mTesting, "sampler_countdowns", testing_sampler_countdowns, 3);
   rb_define_singleton_method(mTesting, "age_bucket", testing_age_bucket, 1);
-  rb_define_singleton_method(mTesting, "pending_capacity", testing_pending_capacity, 0);
 
   capture_init();
 }

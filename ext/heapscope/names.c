@@ -1,34 +1,31 @@
 #include "names.h"
 
 #include <ruby/debug.h>
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "idindex.h"
 
-// Past this many cached frames the cache is emptied and starts again, so code generated at run time
-// (eval) cannot pin an unbounded number of frames.
-#define NAMES_MAX_CACHED 100000
-
 typedef struct {
   VALUE frame;          // pinned by names_mark
-  uint32_t function_id; // strtab ids
+  uint32_t function_id; // strtab ids, valid once resolved
   uint32_t file_id;
-  bool is_c_function;   // no file or line of its own
-} cached_frame;
+  bool is_c_function;
+} code_entry;
 
 struct names {
-  cached_frame *entries; // entries[id - 1]
+  code_entry *codes; // codes[id - 1]
   uint32_t count, capacity;
+  uint32_t resolved;  // codes[0..resolved) have names
+  uint32_t unknown_id, overflow_id; // strtab ids of the placeholder names
   idindex index;
 };
 
 names *names_new(void) {
   names *n = calloc(1, sizeof(names));
   if (n == NULL) return NULL;
-  if (!idindex_init(&n->index, 256)) {
+  if (!idindex_init(&n->index, 1024)) {
     free(n);
     return NULL;
   }
@@ -37,23 +34,42 @@ names *names_new(void) {
 
 void names_free(names *n) {
   if (n == NULL) return;
-  free(n->entries);
+  free(n->codes);
   idindex_free(&n->index);
   free(n);
 }
 
 void names_mark(const names *n) {
   if (n == NULL) return;
-  for (uint32_t i = 0; i < n->count; i++) rb_gc_mark(n->entries[i].frame);
+  for (uint32_t i = 0; i < n->count; i++) rb_gc_mark(n->codes[i].frame);
 }
 
 size_t names_memory(const names *n) {
-  return n ? sizeof(names) + sizeof(cached_frame) * n->capacity + idindex_memory(&n->index) : 0;
+  return n ? sizeof(names) + sizeof(code_entry) * n->capacity + idindex_memory(&n->index) : 0;
 }
 
 static bool frame_equals(const void *ctx, uint32_t id, const void *key) {
   const names *n = ctx;
-  return n->entries[id - 1].frame == *(const VALUE *)key;
+  return n->codes[id - 1].frame == *(const VALUE *)key;
+}
+
+uint32_t names_code_id(names *n, VALUE frame) {
+  uint32_t hash = idindex_hash_bytes(&frame, sizeof frame);
+  uint32_t id = idindex_find(&n->index, hash, frame_equals, n, &frame);
+  if (id != IDINDEX_NONE) return id;
+  if (n->count >= NAMES_MAX_CODES) return NAMES_OVERFLOW;
+  if (n->count == n->capacity) {
+    uint32_t capacity = n->capacity ? n->capacity * 2 : 1024;
+    code_entry *codes = realloc(n->codes, sizeof(code_entry) * capacity);
+    if (codes == NULL) return 0;
+    n->codes = codes;
+    n->capacity = capacity;
+  }
+  id = n->count + 1;
+  if (!idindex_insert(&n->index, hash, id)) return 0;
+  n->codes[id - 1] = (code_entry){.frame = frame};
+  n->count++;
+  return id;
 }
 
 static uint32_t intern_value(strtab *strings, VALUE str) {
@@ -61,82 +77,49 @@ static uint32_t intern_value(strtab *strings, VALUE str) {
   return strtab_intern(strings, RSTRING_PTR(str), (size_t)RSTRING_LEN(str));
 }
 
-// Looks frame up in the cache, resolving and adding it when missing. NULL when memory is short.
-static const cached_frame *resolve(names *n, strtab *strings, VALUE frame) {
-  uint32_t hash = idindex_hash_bytes(&frame, sizeof frame);
-  uint32_t id = idindex_find(&n->index, hash, frame_equals, n, &frame);
-  if (id != IDINDEX_NONE) return &n->entries[id - 1];
-
-  VALUE label = rb_profile_frame_full_label(frame);
-  // C functions have no path (their absolute_path is a placeholder such as "<cfunc>").
-  VALUE path = rb_profile_frame_path(frame);
-  VALUE absolute_path = NIL_P(path) ? Qnil : rb_profile_frame_absolute_path(frame);
-  cached_frame entry = {
-    .frame = frame,
-    .function_id = intern_value(strings, label),
-    .file_id = intern_value(strings, NIL_P(absolute_path) ? path : absolute_path),
-    .is_c_function = NIL_P(path),
-  };
-  RB_GC_GUARD(label);
-  RB_GC_GUARD(path);
-  RB_GC_GUARD(absolute_path);
-  if (entry.function_id == STRTAB_ERROR || entry.file_id == STRTAB_ERROR) return NULL;
-
-  if (n->count >= NAMES_MAX_CACHED) {
-    n->count = 0;
-    idindex_free(&n->index);
-    if (!idindex_init(&n->index, 256)) return NULL;
+bool names_resolve(names *n, strtab *strings) {
+  if (n->unknown_id == 0) {
+    n->unknown_id = strtab_intern(strings, "(unknown)", 9);
+    n->overflow_id = strtab_intern(strings, "(code table full)", 17);
+    if (n->unknown_id == STRTAB_ERROR || n->overflow_id == STRTAB_ERROR) {
+      n->unknown_id = 0;
+      return false;
+    }
   }
-  if (n->count == n->capacity) {
-    uint32_t capacity = n->capacity ? n->capacity * 2 : 256;
-    cached_frame *entries = realloc(n->entries, sizeof(cached_frame) * capacity);
-    if (entries == NULL) return NULL;
-    n->entries = entries;
-    n->capacity = capacity;
+  for (; n->resolved < n->count; n->resolved++) {
+    code_entry *code = &n->codes[n->resolved];
+    VALUE label = rb_profile_frame_full_label(code->frame);
+    // C functions have no path (their absolute_path is a placeholder such as "<cfunc>").
+    VALUE path = rb_profile_frame_path(code->frame);
+    VALUE absolute_path = NIL_P(path) ? Qnil : rb_profile_frame_absolute_path(code->frame);
+    uint32_t function_id = intern_value(strings, label);
+    uint32_t file_id = intern_value(strings, NIL_P(absolute_path) ? path : absolute_path);
+    RB_GC_GUARD(label);
+    RB_GC_GUARD(path);
+    RB_GC_GUARD(absolute_path);
+    if (function_id == STRTAB_ERROR || file_id == STRTAB_ERROR) return false;
+    // n->codes may have moved if a GC ran the allocation hook meanwhile: index again.
+    code = &n->codes[n->resolved];
+    code->function_id = function_id ? function_id : n->unknown_id;
+    code->file_id = file_id;
+    code->is_c_function = NIL_P(path);
   }
-  id = n->count + 1;
-  if (!idindex_insert(&n->index, hash, id)) return NULL;
-  n->entries[id - 1] = entry;
-  n->count++;
-  return &n->entries[id - 1];
+  return true;
 }
 
-uint32_t names_resolve_frames(names *n, strtab *strings, stacktab *stacks, const VALUE *frames, const int *lines,
-                              uint32_t count, uint32_t omitted, uint32_t *out) {
-  // Walk from the root towards the leaf so a C frame can take the location of its Ruby caller.
-  uint32_t caller_file = 0;
-  int32_t caller_line = 0;
-  for (uint32_t i = count; i-- > 0;) {
-    const cached_frame *cached = resolve(n, strings, frames[i]);
-    if (cached == NULL) return NAMES_FAILED;
-    hs_frame frame = {cached->function_id, cached->file_id, lines[i]};
-    if (cached->is_c_function) {
-      frame.file_id = caller_file;
-      frame.line = caller_line;
-    } else if (lines[i] == 0) {
-      // A Ruby frame that has not started executing (the script's outer <main>): Ruby's own
-      // backtraces leave it out, and so do we.
-      out[i] = 0;
-      continue;
-    } else {
-      caller_file = cached->file_id;
-      caller_line = lines[i];
-    }
-    out[i] = stacktab_intern_frame(stacks, frame);
-    if (out[i] == 0) return NAMES_FAILED;
+void names_code_info(const names *n, uint32_t code_id, uint32_t *function_id, uint32_t *file_id, bool *is_c_function) {
+  *file_id = 0;
+  *is_c_function = false;
+  if (code_id == NAMES_OVERFLOW) {
+    *function_id = n->overflow_id;
+  } else if (code_id == 0 || code_id > n->resolved) {
+    *function_id = n->unknown_id;
+  } else {
+    const code_entry *code = &n->codes[code_id - 1];
+    *function_id = code->function_id;
+    *file_id = code->file_id;
+    *is_c_function = code->is_c_function;
   }
-  uint32_t kept = 0;
-  for (uint32_t i = 0; i < count; i++) {
-    if (out[i] != 0) out[kept++] = out[i];
-  }
-  count = kept;
-  if (omitted == 0) return count;
-  char label[64];
-  int len = snprintf(label, sizeof label, "%u frames omitted", omitted);
-  uint32_t function_id = strtab_intern(strings, label, (size_t)len);
-  if (function_id == STRTAB_ERROR) return NAMES_FAILED;
-  out[count] = stacktab_intern_frame(stacks, (hs_frame){function_id, 0, 0});
-  return out[count] ? count + 1 : NAMES_FAILED;
 }
 
 uint32_t names_class_id(strtab *strings, VALUE obj) {
@@ -156,7 +139,7 @@ uint32_t names_class_id(strtab *strings, VALUE obj) {
   char label[256];
   int len = NIL_P(ancestor_name)
               ? snprintf(label, sizeof label, "<anonymous class>")
-              : snprintf(label, sizeof label, "<anonymous subclass of %.*s>", (int)(RSTRING_LEN(ancestor_name) > 200 ? 200 : RSTRING_LEN(ancestor_name)), RSTRING_PTR(ancestor_name));
-  RB_GC_GUARD(ancestor_name);
+              : snprintf(label, sizeof label, "<anonymous subclass of %.*s>",
+                         (int)(RSTRING_LEN(ancestor_name) > 200 ? 200 : RSTRING_LEN(ancestor_name)), RSTRING_PTR(ancestor_name));
   return strtab_intern(strings, label, (size_t)len);
 }

@@ -1,11 +1,11 @@
-// names: turns what the allocation hook captured (frame VALUEs, line numbers, an object's class) into
-// interned ids: function and file names in the recorder's strtab, frames and stacks in its stacktab.
+// names: the code and class names behind what the allocation hook captured.
 //
-// Resolving a frame's name allocates Ruby strings, so it happens only in capture's postponed commit,
-// never in the allocation hook. Each frame VALUE is resolved once and cached; the cache marks its
-// frame VALUEs (pinned), because their names are read again whenever the same frame shows up.
-//
-// NOTE: GVL held; may allocate Ruby objects (and so trigger a GC); never raises.
+// The hook may not allocate Ruby objects, and a frame's full name ("block in Foo#bar") is built as a
+// new Ruby string. So the hook only turns each frame VALUE (an iseq or method entry from
+// rb_profile_frames) into a small integer code id, and the names are read later, when a profile is
+// built (names_resolve). The frame VALUEs are marked (pinned) for as long as the table lives: their
+// names may be asked for at any later snapshot. Class names, on the other hand, are read in the hook:
+// rb_mod_name returns the class's existing path string without allocating.
 #ifndef HEAPSCOPE_NAMES_H
 #define HEAPSCOPE_NAMES_H
 
@@ -13,30 +13,39 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "stacktab.h"
 #include "strtab.h"
+
+// Past this many distinct frame VALUEs (code generated at run time, eval), new ones share code id
+// NAMES_OVERFLOW, named "(code table full)", instead of pinning more.
+#define NAMES_MAX_CODES 1000000u
+#define NAMES_OVERFLOW UINT32_MAX
 
 typedef struct names names;
 
-// A new, empty cache, or NULL when memory is short.
+// A new, empty table, or NULL when memory is short.
 names *names_new(void);
 void names_free(names *n);
-// Marks the cached frame VALUEs (from the owner's dmark).
+// Marks every frame VALUE held (from the owner's dmark).
 void names_mark(const names *n);
 size_t names_memory(const names *n);
 
-// Resolves frames[0..count) (leaf first, as rb_profile_frames returns them, with their lines) into
-// frame ids in out[0..count). C frames take the file and line of the Ruby code that called them, as
-// Ruby's own backtraces show them. When omitted > 0 a last frame named "<omitted> frames omitted" is
-// appended (out needs count + 1 slots). Ruby frames that have not started (line 0, such as a script's
-// outer <main>) are left out, as Ruby's backtraces do. Returns the number of ids written, or
-// NAMES_FAILED when memory is short.
-#define NAMES_FAILED UINT32_MAX
-uint32_t names_resolve_frames(names *n, strtab *strings, stacktab *stacks, const VALUE *frames, const int *lines,
-                              uint32_t count, uint32_t omitted, uint32_t *out);
+// In the allocation hook (no Ruby allocation, no raise): the code id of frame, added if new.
+// NAMES_OVERFLOW when the table is full; 0 when memory is short.
+uint32_t names_code_id(names *n, VALUE frame);
 
-// The string id of obj's class name: "String", "Foo::Bar", "<anonymous subclass of Parent>", or
-// "<hidden>" for VM-internal objects without a class. STRTAB_ERROR when memory is short.
+// Outside the hooks (GVL held; allocates Ruby strings): reads the names of every code added since
+// the last call into strings. Returns false when memory is short (the rest are tried next time).
+bool names_resolve(names *n, strtab *strings);
+
+// What a code id resolved to: function and file name ids, and whether it is a C function (no file
+// and line of its own: profiles show it at its Ruby caller's line, as Ruby's backtraces do).
+// Unresolved or overflow ids read as function "(unknown)"/"(code table full)" ids set up by
+// names_resolve, file 0.
+void names_code_info(const names *n, uint32_t code_id, uint32_t *function_id, uint32_t *file_id, bool *is_c_function);
+
+// In the allocation hook (no Ruby allocation): the string id of obj's class name: "String",
+// "Foo::Bar", "<anonymous subclass of Parent>", or "<hidden>" for VM-internal objects without a
+// class. STRTAB_ERROR when memory is short.
 uint32_t names_class_id(strtab *strings, VALUE obj);
 
 #endif

@@ -3,7 +3,8 @@
 //   Profile.sample: location ids leaf first; values already scaled by the sampling weight (pprof
 //     consumers do no unsampling of their own); labels "class" (str) and "gc_age" (num, GCs survived,
 //     bucket lower bound)
-//   one Location per distinct frame (one Line each), one Function per distinct (name, file)
+//   one Location per distinct (function, file, line) (one Line each), one Function per distinct
+//   (name, file)
 //   string_table[0] == ""; location and function ids are 1..N in first-use order, so the output is
 //   deterministic for a given snapshot.
 #include "pprof.h"
@@ -38,6 +39,7 @@ enum {
   tagLabel_Key = 1, // int64 (string index)
   tagLabel_Str = 2, // int64 (string index)
   tagLabel_Num = 3, // int64
+  tagLabel_NumUnit = 4, // int64 (string index)
 
   tagLocation_ID = 1,   // uint64
   tagLocation_Line = 4, // repeated Line
@@ -57,15 +59,12 @@ static const char *const sample_type_names[HS_VALUE_COUNT][2] = {
   {"inuse_space", "bytes"},
 };
 
-// The tables one encoding builds: output strings, and the location and function ids handed out.
+// The tables one encoding builds: output strings and function ids.
 typedef struct {
   const hs_snapshot *snapshot;
-  strtab *out_strings;   // the output string_table (index 0 = "")
-  uint32_t *string_map;  // snapshot string id -> output index + 1 (0 = not yet mapped)
-  uint32_t *location_of; // frame id -> location id (0 = not yet emitted)
-  uint32_t *location_frames; // location id - 1 -> frame id, in emission order
-  uint32_t location_count;
-  uint32_t (*functions)[2];  // function id - 1 -> {name, file} output string indexes
+  strtab *out_strings;      // the output string_table (index 0 = "")
+  uint32_t *string_map;     // snapshot string id -> output index + 1 (0 = not yet mapped)
+  uint32_t (*functions)[2]; // function id - 1 -> {name, file} output string indexes
   uint32_t function_count;
   idindex function_index;
   bool failed;
@@ -96,25 +95,17 @@ static bool function_equals(const void *ctx, uint32_t id, const void *key) {
   return memcmp(e->functions[id - 1], key, sizeof(uint32_t[2])) == 0;
 }
 
-// Returns the function id for (name, file), adding it if new.
+// Returns the function id for (name, file), adding it if new. functions has room for one per
+// location: there are never more functions than locations.
 static uint32_t function_id(encoder *e, uint32_t name, uint32_t file) {
   uint32_t key[2] = {name, file};
   uint32_t hash = idindex_hash_bytes(key, sizeof key);
   uint32_t id = idindex_find(&e->function_index, hash, function_equals, e, key);
   if (id != IDINDEX_NONE) return id;
-  id = ++e->function_count; // functions has room for one per frame: never more functions than frames
+  id = ++e->function_count;
   memcpy(e->functions[id - 1], key, sizeof key);
   if (!idindex_insert(&e->function_index, hash, id)) e->failed = true;
   return id;
-}
-
-static uint32_t location_id(encoder *e, uint32_t frame_id) {
-  if (frame_id >= e->snapshot->frame_count) frame_id = 0;
-  if (e->location_of[frame_id] == 0) {
-    e->location_frames[e->location_count] = frame_id;
-    e->location_of[frame_id] = ++e->location_count;
-  }
-  return e->location_of[frame_id];
 }
 
 static void write_value_type(pb_buffer *b, uint32_t tag, int64_t type, int64_t unit) {
@@ -124,56 +115,43 @@ static void write_value_type(pb_buffer *b, uint32_t tag, int64_t type, int64_t u
   pb_end_message(b, tag, start);
 }
 
-static void write_label(pb_buffer *b, int64_t key, int64_t str, int64_t num) {
+static void write_label(pb_buffer *b, int64_t key, int64_t str, int64_t num, int64_t num_unit) {
   size_t start = pb_start_message(b);
   pb_int64(b, tagLabel_Key, key);
   pb_int64_opt(b, tagLabel_Str, str);
   pb_int64_opt(b, tagLabel_Num, num);
+  pb_int64_opt(b, tagLabel_NumUnit, num_unit);
   pb_end_message(b, tagSample_Label, start);
 }
 
 static void write_samples(encoder *e, pb_buffer *b) {
   const hs_snapshot *s = e->snapshot;
   int64_t class_key = literal(e, "class"), age_key = literal(e, "gc_age");
-  uint64_t *locations = NULL;
-  size_t locations_capacity = 0;
+  // A unit keeps gc_age 0 visible: pprof readers drop a numeric label that is 0 and has no unit.
+  int64_t gcs_unit = literal(e, "gcs");
   for (size_t i = 0; i < s->sample_count && !e->failed; i++) {
     const hs_sample *sample = &s->samples[i];
-    if (sample->frames_len > locations_capacity) {
-      free(locations);
-      locations_capacity = sample->frames_len * 2;
-      locations = malloc(sizeof(uint64_t) * locations_capacity);
-      if (locations == NULL) {
-        e->failed = true;
-        break;
-      }
-    }
-    for (uint32_t f = 0; f < sample->frames_len; f++) {
-      locations[f] = location_id(e, s->frame_ids[sample->frames_offset + f]);
-    }
     size_t start = pb_start_message(b);
-    pb_packed_uint64(b, tagSample_Location, locations, sample->frames_len);
+    size_t ids_start = pb_start_message(b);
+    for (uint32_t l = 0; l < sample->locations_len; l++) pb_varint(b, s->location_ids[sample->locations_offset + l]);
+    if (sample->locations_len > 0) pb_end_message(b, tagSample_Location, ids_start);
     pb_packed_int64(b, tagSample_Value, sample->values, HS_VALUE_COUNT);
-    if (sample->class_id != 0) write_label(b, class_key, mapped_string(e, sample->class_id), 0);
-    if (sample->gc_age != HS_NO_AGE) {
-      // num 0 would be dropped as a proto3 default, which readers take as "0" anyway.
-      write_label(b, age_key, 0, sample->gc_age);
-    }
+    if (sample->class_id != 0) write_label(b, class_key, mapped_string(e, sample->class_id), 0, 0);
+    if (sample->gc_age != HS_NO_AGE) write_label(b, age_key, 0, sample->gc_age, gcs_unit);
     pb_end_message(b, tagProfile_Sample, start);
   }
-  free(locations);
 }
 
 static void write_locations_and_functions(encoder *e, pb_buffer *b) {
   const hs_snapshot *s = e->snapshot;
-  for (uint32_t l = 0; l < e->location_count && !e->failed; l++) {
-    const hs_frame *frame = &s->frames[e->location_frames[l]];
-    uint32_t function = function_id(e, (uint32_t)mapped_string(e, frame->function_id), (uint32_t)mapped_string(e, frame->file_id));
+  for (uint32_t l = 0; l < s->location_count && !e->failed; l++) {
+    const hs_location *location = &s->locations[l];
+    uint32_t function = function_id(e, (uint32_t)mapped_string(e, location->function_id), (uint32_t)mapped_string(e, location->file_id));
     size_t start = pb_start_message(b);
     pb_uint64(b, tagLocation_ID, l + 1);
     size_t line_start = pb_start_message(b);
     pb_uint64(b, tagLine_FunctionID, function);
-    pb_int64_opt(b, tagLine_Line, frame->line);
+    pb_int64_opt(b, tagLine_Line, location->line);
     pb_end_message(b, tagLocation_Line, line_start);
     pb_end_message(b, tagProfile_Location, start);
   }
@@ -208,14 +186,10 @@ static void write_header(encoder *e, pb_buffer *b) {
 
 bool pprof_encode(const hs_snapshot *snapshot, pb_buffer *out) {
   encoder e = {.snapshot = snapshot};
-  uint32_t frames = snapshot->frame_count ? snapshot->frame_count : 1;
   e.out_strings = strtab_new();
   e.string_map = calloc(strtab_count(snapshot->strings), sizeof(uint32_t));
-  e.location_of = calloc(frames, sizeof(uint32_t));
-  e.location_frames = malloc(sizeof(uint32_t) * frames);
-  e.functions = malloc(sizeof(uint32_t[2]) * frames);
-  if (e.out_strings == NULL || e.string_map == NULL || e.location_of == NULL || e.location_frames == NULL ||
-      e.functions == NULL || !idindex_init(&e.function_index, 64)) {
+  e.functions = malloc(sizeof(uint32_t[2]) * (snapshot->location_count + 1));
+  if (e.out_strings == NULL || e.string_map == NULL || e.functions == NULL || !idindex_init(&e.function_index, 64)) {
     e.failed = true;
   }
   if (!e.failed) {
@@ -230,8 +204,6 @@ bool pprof_encode(const hs_snapshot *snapshot, pb_buffer *out) {
   }
   strtab_free(e.out_strings);
   free(e.string_map);
-  free(e.location_of);
-  free(e.location_frames);
   free(e.functions);
   idindex_free(&e.function_index);
   return !e.failed && !out->failed;

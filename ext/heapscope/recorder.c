@@ -3,6 +3,7 @@
 // liveness comes from the GC's mark bits rather than from a free hook.
 #include "recorder.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,14 +11,15 @@
 #include "idindex.h"
 
 // Both are exported by libruby (ext/objspace uses them) but declared only in Ruby's internal headers.
-#ifdef HAVE_RB_OBJSPACE_MARKED_OBJECT_P
 int rb_objspace_marked_object_p(VALUE obj);
-#endif
 #ifdef HAVE_RB_OBJ_MEMSIZE_OF
 size_t rb_obj_memsize_of(VALUE obj);
 #endif
 
-enum { RECORD_FROZEN_MEASURED = 1 }; // seen frozen: its size can no longer change
+enum {
+  RECORD_UNMEASURED = 1,      // allocated, not yet measured (it was not initialised in the hook)
+  RECORD_FROZEN_MEASURED = 2, // seen frozen: its size can no longer change
+};
 
 typedef struct {
   VALUE obj;         // weak: never marked; dropped at GC_END_MARK when unmarked, moved by compaction
@@ -82,17 +84,24 @@ void recorder_free(recorder *r) {
 strtab *recorder_strings(recorder *r) { return r->strings; }
 stacktab *recorder_stacks(recorder *r) { return r->stacks; }
 
+// ---- Allocation counters ----
+
 static bool alloc_key_equals(const void *ctx, uint32_t id, const void *key) {
   const recorder *r = ctx;
   return memcmp(&r->allocs[id - 1].key, key, sizeof(alloc_key)) == 0;
 }
 
-// Adds weight allocations of size bytes to the counter of (stack_id, class_id), creating it (and
-// taking a reference to the stack) if new. Returns false when memory is short.
-static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t weight, uint64_t size) {
+static uint32_t find_counter(const recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t *hash) {
   alloc_key key = {stack_id, class_id};
-  uint32_t hash = idindex_hash_bytes(&key, sizeof key);
-  uint32_t id = idindex_find(&r->alloc_index, hash, alloc_key_equals, r, &key);
+  *hash = idindex_hash_bytes(&key, sizeof key);
+  return idindex_find(&r->alloc_index, *hash, alloc_key_equals, r, &key);
+}
+
+// Adds weight allocations to the counter of (stack_id, class_id), creating it (and taking a reference
+// to the stack) if new. Returns false when memory is short.
+static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t weight) {
+  uint32_t hash;
+  uint32_t id = find_counter(r, stack_id, class_id, &hash);
   if (id == IDINDEX_NONE) {
     if (r->alloc_count == r->alloc_capacity) {
       uint32_t capacity = r->alloc_capacity ? r->alloc_capacity * 2 : 256;
@@ -103,24 +112,33 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
     }
     id = r->alloc_count + 1;
     if (!idindex_insert(&r->alloc_index, hash, id)) return false;
-    r->allocs[id - 1] = (alloc_counter){.key = key};
+    r->allocs[id - 1] = (alloc_counter){.key = {stack_id, class_id}};
     r->alloc_count++;
     stacktab_retain(r->stacks, stack_id);
   }
   r->allocs[id - 1].objects += weight;
-  r->allocs[id - 1].bytes += (int64_t)(weight * size);
   return true;
 }
 
+// Adds the bytes of a sampled allocation, once it has been measured. A counter that was reset since
+// the allocation no longer wants them.
+static void count_allocated_bytes(recorder *r, const record *rec, uint64_t size) {
+  uint32_t hash;
+  uint32_t id = find_counter(r, rec->stack_id, rec->class_id, &hash);
+  if (id != IDINDEX_NONE) r->allocs[id - 1].bytes += (int64_t)(rec->weight * size);
+}
+
+// ---- Records ----
+
 void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
-                    uint32_t alloc_gc, uint32_t weight, uint64_t size) {
+                    uint32_t alloc_gc, uint32_t weight) {
   uint32_t stack_id;
   switch (stacktab_acquire(r->stacks, frame_ids, n, &stack_id)) {
     case STACKTAB_OK: break;
     case STACKTAB_FULL: r->stats.dropped_stack_cap++; return;
     case STACKTAB_NOMEM: r->stats.dropped_no_memory++; return;
   }
-  if (!count_allocation(r, stack_id, class_id, weight, size)) {
+  if (!count_allocation(r, stack_id, class_id, weight)) {
     r->stats.dropped_no_memory++;
     stacktab_release(r->stacks, stack_id);
     return;
@@ -141,27 +159,49 @@ void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t 
     r->records = records;
     r->record_capacity = capacity;
   }
-  bool frozen = RB_OBJ_FROZEN(obj);
-  if (frozen) r->stats.frozen_measured++;
   r->records[r->record_count++] = (record){
-    .obj = obj, .size = size, .stack_id = stack_id, .class_id = class_id, .alloc_gc = alloc_gc, .weight = weight,
-    .flags = frozen ? RECORD_FROZEN_MEASURED : 0,
+    .obj = obj, .size = r->config.slot_size, .stack_id = stack_id, .class_id = class_id, .alloc_gc = alloc_gc,
+    .weight = weight, .flags = RECORD_UNMEASURED,
   };
+}
+
+static uint64_t measure(const recorder *r, VALUE obj) {
+#ifdef HAVE_RB_OBJ_MEMSIZE_OF
+  if (r->config.track_sizes) return rb_obj_memsize_of(obj);
+#endif
+  return r->config.slot_size;
+}
+
+// (Re)measures a record's object, unless it was seen frozen before. The first measurement is the
+// allocation's size, added to its counter.
+static void measure_record(recorder *r, record *rec) {
+  if (rec->flags & RECORD_FROZEN_MEASURED) return;
+  rec->size = measure(r, rec->obj);
+  if (rec->flags & RECORD_UNMEASURED) {
+    rec->flags &= ~RECORD_UNMEASURED;
+    count_allocated_bytes(r, rec, rec->size);
+  }
+  if (RB_OBJ_FROZEN(rec->obj)) {
+    rec->flags |= RECORD_FROZEN_MEASURED;
+    r->stats.frozen_measured++;
+  }
 }
 
 void recorder_on_gc_end_mark(recorder *r) {
   size_t kept = 0;
   for (size_t i = 0; i < r->record_count; i++) {
     record *rec = &r->records[i];
+    if ((rec->flags & RECORD_UNMEASURED) && !RB_TYPE_P(rec->obj, T_DATA)) measure_record(r, rec);
     // An unmarked object is garbage: it will be swept (its slot freed, maybe reused) before the
     // mutator runs again, so the record must go now. Old objects keep their mark bits through minor
     // GCs, so this is right for minor and major GCs alike.
     if (rb_objspace_marked_object_p(rec->obj)) {
       r->records[kept++] = *rec;
-    } else {
-      stacktab_release(r->stacks, rec->stack_id);
-      r->stats.dead_removed++;
+      continue;
     }
+    if (rec->flags & RECORD_UNMEASURED) count_allocated_bytes(r, rec, r->config.slot_size);
+    stacktab_release(r->stacks, rec->stack_id);
+    r->stats.dead_removed++;
   }
   r->record_count = kept;
 }
@@ -177,13 +217,6 @@ uint32_t recorder_age_bucket(uint32_t age) {
   return bucket;
 }
 
-static uint64_t measure(const recorder *r, VALUE obj) {
-#ifdef HAVE_RB_OBJ_MEMSIZE_OF
-  if (r->config.track_sizes) return rb_obj_memsize_of(obj);
-#endif
-  return r->config.slot_size;
-}
-
 // Checks that a record still points at an object. Liveness makes this always true; the check turns a
 // bug into a counted, dropped record instead of a crash in memsize_of.
 static bool record_is_valid(VALUE obj) {
@@ -193,6 +226,8 @@ static bool record_is_valid(VALUE obj) {
     default: return true;
   }
 }
+
+// ---- Snapshots ----
 
 // The aggregation key of live objects in a snapshot.
 typedef struct {
@@ -205,7 +240,7 @@ typedef struct {
 } live_group;
 
 typedef struct {
-  live_group *groups;
+  live_group *groups; // room for one group per record
   uint32_t count;
   idindex index;
 } live_groups;
@@ -215,8 +250,7 @@ static bool live_key_equals(const void *ctx, uint32_t id, const void *key) {
   return memcmp(&g->groups[id - 1].key, key, sizeof(live_key)) == 0;
 }
 
-// Measures live records old enough for the profile and sums them per (stack, class, age bucket).
-// groups->groups must have room for one group per record. Returns false when memory is short.
+// Measures every record, and sums those old enough for the profile per (stack, class, age bucket).
 static bool group_live_records(recorder *r, uint32_t min_age, live_groups *groups) {
   uint32_t gc_now = (uint32_t)rb_gc_count();
   size_t kept = 0;
@@ -230,14 +264,9 @@ static bool group_live_records(recorder *r, uint32_t min_age, live_groups *group
     r->records[kept++] = *rec;
     rec = &r->records[kept - 1];
     uint32_t age = gc_now - rec->alloc_gc;
+    if (age < min_age && !(rec->flags & RECORD_UNMEASURED)) continue;
+    measure_record(r, rec);
     if (age < min_age) continue;
-    if (!(rec->flags & RECORD_FROZEN_MEASURED)) {
-      rec->size = measure(r, rec->obj);
-      if (RB_OBJ_FROZEN(rec->obj)) {
-        rec->flags |= RECORD_FROZEN_MEASURED;
-        r->stats.frozen_measured++;
-      }
-    }
     live_key key = {rec->stack_id, rec->class_id, recorder_age_bucket(age)};
     uint32_t hash = idindex_hash_bytes(&key, sizeof key);
     uint32_t id = idindex_find(&groups->index, hash, live_key_equals, groups, &key);
@@ -253,36 +282,118 @@ static bool group_live_records(recorder *r, uint32_t min_age, live_groups *group
   return true;
 }
 
-static bool add_sample(recorder *r, hs_snapshot *s, uint32_t stack_id, uint32_t class_id, int32_t gc_age, const int64_t values[HS_VALUE_COUNT]) {
+// Turns stacks into snapshot locations, once per stack: frames become {function, file, line}; C
+// functions take the file and line of their nearest Ruby caller; Ruby frames that have not started
+// (line 0, a script's outer <main>) are left out, as in Ruby's backtraces.
+typedef struct {
+  recorder *r;
+  const names *code_names;
+  hs_snapshot *snapshot;
+  uint32_t (*stack_slices)[2]; // stack id -> {offset + 1, length} in the snapshot (0 = not yet)
+  uint32_t stack_slice_count;
+  uint32_t *scratch;
+  uint32_t scratch_capacity;
+} stack_resolver;
+
+static bool resolve_stack(stack_resolver *sr, uint32_t stack_id, uint32_t *offset, uint32_t *len) {
+  if (stack_id < sr->stack_slice_count && sr->stack_slices[stack_id][0] != 0) {
+    *offset = sr->stack_slices[stack_id][0] - 1;
+    *len = sr->stack_slices[stack_id][1];
+    return true;
+  }
   uint32_t n;
-  const uint32_t *frame_ids = stacktab_stack(r->stacks, stack_id, &n);
-  return snapshot_add_sample(s, frame_ids, n, class_id, gc_age, values);
+  const uint32_t *frame_ids = stacktab_stack(sr->r->stacks, stack_id, &n);
+  if (n > sr->scratch_capacity) {
+    uint32_t *scratch = realloc(sr->scratch, sizeof(uint32_t) * n);
+    if (scratch == NULL) return false;
+    sr->scratch = scratch;
+    sr->scratch_capacity = n;
+  }
+  uint32_t caller_file = 0;
+  int32_t caller_line = 0;
+  uint32_t kept = 0;
+  // Walk root to leaf, so a C frame knows its caller; write leaf-first order afterwards.
+  for (uint32_t i = n; i-- > 0;) {
+    const hs_frame *frame = stacktab_frame(sr->r->stacks, frame_ids[i]);
+    hs_location location = {0, 0, 0};
+    if (frame->code_id == 0) {
+      char label[48];
+      int label_len = snprintf(label, sizeof label, "%d frames omitted", frame->line);
+      location.function_id = strtab_intern(sr->r->strings, label, (size_t)label_len);
+      if (location.function_id == STRTAB_ERROR) return false;
+    } else {
+      bool is_c_function;
+      names_code_info(sr->code_names, frame->code_id, &location.function_id, &location.file_id, &is_c_function);
+      if (is_c_function) {
+        location.file_id = caller_file;
+        location.line = caller_line;
+      } else if (frame->line == 0) {
+        continue;
+      } else {
+        location.line = frame->line;
+        caller_file = location.file_id;
+        caller_line = frame->line;
+      }
+    }
+    uint32_t id = snapshot_location_id(sr->snapshot, location);
+    if (id == 0) return false;
+    sr->scratch[kept++] = id;
+  }
+  for (uint32_t i = 0; i < kept / 2; i++) { // root-first -> leaf-first
+    uint32_t t = sr->scratch[i];
+    sr->scratch[i] = sr->scratch[kept - 1 - i];
+    sr->scratch[kept - 1 - i] = t;
+  }
+  *offset = snapshot_add_stack(sr->snapshot, sr->scratch, kept);
+  *len = kept;
+  if (*offset == UINT32_MAX) return false;
+  if (stack_id < sr->stack_slice_count) {
+    sr->stack_slices[stack_id][0] = *offset + 1;
+    sr->stack_slices[stack_id][1] = kept;
+  }
+  return true;
 }
 
-hs_snapshot *recorder_snapshot(recorder *r, bool allocs, uint32_t min_age) {
-  hs_snapshot *s = calloc(1, sizeof(hs_snapshot));
+static bool add_sample(stack_resolver *sr, uint32_t stack_id, uint32_t class_id, int32_t gc_age, const int64_t values[HS_VALUE_COUNT]) {
+  uint32_t offset, len;
+  return resolve_stack(sr, stack_id, &offset, &len) &&
+         snapshot_add_sample(sr->snapshot, offset, len, class_id, gc_age, values);
+}
+
+hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age) {
+  hs_snapshot *s = snapshot_new();
   live_groups groups = {.groups = malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
+  stack_resolver sr = {.r = r, .code_names = code_names, .snapshot = s};
   bool ok = s != NULL && groups.groups != NULL && idindex_init(&groups.index, 64) &&
             group_live_records(r, min_age, &groups);
-
+  if (ok) {
+    // Stack ids are dense (freed ids are reused), so a table of one slot per id up to the largest.
+    uint32_t max_id = 0;
+    for (uint32_t i = 0; i < r->alloc_count; i++) max_id = r->allocs[i].key.stack_id > max_id ? r->allocs[i].key.stack_id : max_id;
+    for (uint32_t i = 0; i < groups.count; i++) max_id = groups.groups[i].key.stack_id > max_id ? groups.groups[i].key.stack_id : max_id;
+    sr.stack_slice_count = max_id + 1;
+    sr.stack_slices = calloc(sr.stack_slice_count, sizeof(uint32_t[2]));
+    ok = sr.stack_slices != NULL;
+  }
   // Allocation counters first (alloc_* values, no gc_age), then live groups (inuse_* values).
   for (uint32_t i = 0; ok && i < r->alloc_count; i++) {
     const alloc_counter *c = &r->allocs[i];
     if (c->objects == 0) continue;
     int64_t values[HS_VALUE_COUNT] = {c->objects, c->bytes, 0, 0};
-    ok = add_sample(r, s, c->key.stack_id, c->key.class_id, HS_NO_AGE, values);
+    ok = add_sample(&sr, c->key.stack_id, c->key.class_id, HS_NO_AGE, values);
   }
   for (uint32_t i = 0; ok && i < groups.count; i++) {
     const live_group *g = &groups.groups[i];
     int64_t values[HS_VALUE_COUNT] = {0, 0, g->objects, g->bytes};
-    ok = add_sample(r, s, g->key.stack_id, g->key.class_id, (int32_t)g->key.age_bucket, values);
+    ok = add_sample(&sr, g->key.stack_id, g->key.class_id, (int32_t)g->key.age_bucket, values);
   }
   free(groups.groups);
   idindex_free(&groups.index);
+  free(sr.stack_slices);
+  free(sr.scratch);
   if (ok) {
     s->strings = strtab_clone(r->strings);
-    s->frames = stacktab_copy_frames(r->stacks, &s->frame_count);
-    ok = s->strings != NULL && s->frames != NULL;
+    ok = s->strings != NULL;
   }
   if (!ok) {
     snapshot_free(s);
@@ -299,9 +410,8 @@ void recorder_reset_allocs(recorder *r) {
   for (uint32_t i = 0; i < r->alloc_count; i++) stacktab_release(r->stacks, r->allocs[i].key.stack_id);
   r->alloc_count = 0;
   idindex_free(&r->alloc_index);
-  if (!idindex_init(&r->alloc_index, 256)) {
-    // An empty index with no slots still works: the next insert allocates.
-  }
+  // If this fails the index is empty with no slots, which still works: the next insert allocates.
+  (void)idindex_init(&r->alloc_index, 256);
 }
 
 void recorder_get_stats(const recorder *r, recorder_stats *stats) {

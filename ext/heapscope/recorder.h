@@ -7,8 +7,9 @@
 // compaction are followed in recorder_on_compact. So, outside a GC, every record's VALUE is a live
 // object of the heap and may be dereferenced (memsize_of, frozen check). No object ids, no WeakMap.
 //
-// NOTE: every function runs with the GVL held. recorder_on_gc_end_mark and recorder_on_compact run
-//       inside the GC: they never allocate Ruby objects, never raise, never call Ruby.
+// NOTE: every function runs with the GVL held. recorder_track runs inside the allocation hook and
+//       recorder_on_gc_end_mark and recorder_on_compact inside the GC: they never allocate Ruby objects,
+//       never raise, never call Ruby code (they may malloc and free).
 // NOTE: no function raises; failures are counted in stats (nothing is dropped silently).
 // NOTE: ownership: the recorder owns its string and stack tables; capture interns into them.
 #ifndef HEAPSCOPE_RECORDER_H
@@ -18,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "names.h"
 #include "snapshot.h"
 #include "stacktab.h"
 #include "strtab.h"
@@ -53,21 +55,26 @@ void recorder_free(recorder *r);
 strtab *recorder_strings(recorder *r);
 stacktab *recorder_stacks(recorder *r);
 
-// Starts tracking obj (a live, initialised object; called from capture's postponed commit, not from
-// the allocation hook) allocated at the stack frame_ids[0..n) (leaf first), of class class_id (a
-// string id), when rb_gc_count() was alloc_gc; it stands for weight allocations of size bytes.
+// Starts tracking obj, allocated at the stack frame_ids[0..n) (leaf first), of class class_id (a
+// string id), when rb_gc_count() was alloc_gc; it stands for weight allocations. Called from the
+// allocation hook: never allocates Ruby objects, never raises (failures are counted). The object is
+// not initialised yet, so it is measured later: at the end of the next GC's marking (its
+// "allocation size", counted in alloc_space) or at the next snapshot, whichever comes first.
 void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
-                    uint32_t alloc_gc, uint32_t weight, uint64_t size);
+                    uint32_t alloc_gc, uint32_t weight);
 
-// Inside GC, at RUBY_INTERNAL_EVENT_GC_END_MARK: drops records of objects that were not marked.
+// Inside GC, at RUBY_INTERNAL_EVENT_GC_END_MARK: measures records not yet measured (except T_DATA,
+// whose dsize functions are extension code not to be run inside the GC) and drops records of objects
+// that were not marked.
 void recorder_on_gc_end_mark(recorder *r);
 // Inside GC, while references are updated after compaction: follows moved objects.
 void recorder_on_compact(recorder *r);
 
 // Builds a snapshot (see snapshot.h): live objects that survived at least min_age GCs, grouped by
 // (stack, class, gc_age bucket), plus the allocation counters; sizes are re-measured first (objects
-// seen frozen keep their size). allocs marks it as an allocations profile. NULL when memory is short.
-hs_snapshot *recorder_snapshot(recorder *r, bool allocs, uint32_t min_age);
+// seen frozen keep their size). Frames are named through code_names, which the caller resolved just
+// before (names_resolve). allocs marks it as an allocations profile. NULL when memory is short.
+hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age);
 
 // Zeroes the allocation counters (and releases the stacks only they kept alive).
 void recorder_reset_allocs(recorder *r);

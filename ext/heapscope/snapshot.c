@@ -3,11 +3,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+hs_snapshot *snapshot_new(void) {
+  hs_snapshot *s = calloc(1, sizeof(hs_snapshot));
+  if (s == NULL) return NULL;
+  if (!idindex_init(&s->location_index, 1024)) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
 void snapshot_free(hs_snapshot *snapshot) {
   if (snapshot == NULL) return;
   free(snapshot->samples);
-  free(snapshot->frame_ids);
-  free(snapshot->frames);
+  free(snapshot->location_ids);
+  free(snapshot->locations);
+  idindex_free(&snapshot->location_index);
   strtab_free(snapshot->strings);
   free(snapshot->comments);
   free(snapshot);
@@ -16,28 +27,52 @@ void snapshot_free(hs_snapshot *snapshot) {
 // Grows *array (of element size elem) to hold at least need elements; false when memory is short.
 static bool ensure(void **array, size_t *capacity, size_t need, size_t elem) {
   if (need <= *capacity) return true;
-  size_t capacity_new = *capacity ? *capacity : 64;
-  while (capacity_new < need) capacity_new *= 2;
-  void *grown = realloc(*array, capacity_new * elem);
+  size_t grown_capacity = *capacity ? *capacity : 64;
+  while (grown_capacity < need) grown_capacity *= 2;
+  void *grown = realloc(*array, grown_capacity * elem);
   if (grown == NULL) return false;
   *array = grown;
-  *capacity = capacity_new;
+  *capacity = grown_capacity;
   return true;
 }
 
-bool snapshot_add_sample(hs_snapshot *snapshot, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
-                         int32_t gc_age, const int64_t values[HS_VALUE_COUNT]) {
-  if (!ensure((void **)&snapshot->samples, &snapshot->sample_capacity, snapshot->sample_count + 1, sizeof(hs_sample)) ||
-      !ensure((void **)&snapshot->frame_ids, &snapshot->frame_id_capacity, snapshot->frame_id_count + n, sizeof(uint32_t))) {
-    return false;
+static bool location_equals(const void *ctx, uint32_t id, const void *key) {
+  const hs_snapshot *s = ctx;
+  return memcmp(&s->locations[id - 1], key, sizeof(hs_location)) == 0;
+}
+
+uint32_t snapshot_location_id(hs_snapshot *s, hs_location location) {
+  uint32_t hash = idindex_hash_bytes(&location, sizeof location);
+  uint32_t id = idindex_find(&s->location_index, hash, location_equals, s, &location);
+  if (id != IDINDEX_NONE) return id;
+  size_t capacity = s->location_capacity;
+  if (!ensure((void **)&s->locations, &capacity, (size_t)s->location_count + 1, sizeof(hs_location))) return 0;
+  s->location_capacity = (uint32_t)capacity;
+  id = s->location_count + 1;
+  if (!idindex_insert(&s->location_index, hash, id)) return 0;
+  s->locations[id - 1] = location;
+  s->location_count++;
+  return id;
+}
+
+uint32_t snapshot_add_stack(hs_snapshot *s, const uint32_t *location_ids, uint32_t n) {
+  if (!ensure((void **)&s->location_ids, &s->location_id_capacity, s->location_id_count + n, sizeof(uint32_t))) {
+    return UINT32_MAX;
   }
-  hs_sample *sample = &snapshot->samples[snapshot->sample_count++];
-  sample->frames_offset = (uint32_t)snapshot->frame_id_count;
-  sample->frames_len = n;
+  uint32_t offset = (uint32_t)s->location_id_count;
+  memcpy(s->location_ids + offset, location_ids, sizeof(uint32_t) * n);
+  s->location_id_count += n;
+  return offset;
+}
+
+bool snapshot_add_sample(hs_snapshot *s, uint32_t offset, uint32_t n, uint32_t class_id, int32_t gc_age,
+                         const int64_t values[HS_VALUE_COUNT]) {
+  if (!ensure((void **)&s->samples, &s->sample_capacity, s->sample_count + 1, sizeof(hs_sample))) return false;
+  hs_sample *sample = &s->samples[s->sample_count++];
+  sample->locations_offset = offset;
+  sample->locations_len = n;
   sample->class_id = class_id;
   sample->gc_age = gc_age;
   memcpy(sample->values, values, sizeof(sample->values));
-  memcpy(snapshot->frame_ids + snapshot->frame_id_count, frame_ids, sizeof(uint32_t) * n);
-  snapshot->frame_id_count += n;
   return true;
 }

@@ -1,6 +1,9 @@
 // snapshot: a self-contained copy of what one profile shows, made under the GVL by the recorder and
 // encoded without it by pprof.c. Nothing in it points into live recorder state, so the application may
 // allocate (and the recorder change) while it is being encoded.
+//
+// Pure C, no Ruby. Locations are resolved frames ({function, file, line}), deduplicated, numbered
+// 1..N in first-use order; samples list location ids leaf first.
 #ifndef HEAPSCOPE_SNAPSHOT_H
 #define HEAPSCOPE_SNAPSHOT_H
 
@@ -8,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "stacktab.h"
+#include "idindex.h"
 #include "strtab.h"
 
 // Values per sample, in profile order: alloc_objects, alloc_space, inuse_objects, inuse_space.
@@ -17,32 +20,49 @@ enum { HS_ALLOC_OBJECTS, HS_ALLOC_SPACE, HS_INUSE_OBJECTS, HS_INUSE_SPACE, HS_VA
 #define HS_NO_AGE (-1)
 
 typedef struct {
-  uint32_t frames_offset; // into hs_snapshot.frame_ids; frames_len ids, leaf first
-  uint32_t frames_len;
-  uint32_t class_id;      // strtab id of the class name; 0 = no class label
-  int32_t gc_age;         // lower bound of the gc_age bucket; HS_NO_AGE = no gc_age label
+  uint32_t function_id; // ids in the snapshot's strings
+  uint32_t file_id;
+  int32_t line;
+} hs_location;
+_Static_assert(sizeof(hs_location) == 12, "hs_location is hashed as bytes: no padding");
+
+typedef struct {
+  uint32_t locations_offset; // into hs_snapshot.location_ids; locations_len ids, leaf first
+  uint32_t locations_len;
+  uint32_t class_id;         // string id of the class name; 0 = no class label
+  int32_t gc_age;            // lower bound of the gc_age bucket; HS_NO_AGE = no gc_age label
   int64_t values[HS_VALUE_COUNT];
 } hs_sample;
 
 typedef struct {
   hs_sample *samples;
   size_t sample_count, sample_capacity;
-  uint32_t *frame_ids;
-  size_t frame_id_count, frame_id_capacity;
-  hs_frame *frames; // copy of the frame table, indexed by frame id
-  uint32_t frame_count;
-  strtab *strings;  // copy of the string table
+  uint32_t *location_ids;
+  size_t location_id_count, location_id_capacity;
+  hs_location *locations; // locations[id - 1]
+  uint32_t location_count, location_capacity;
+  idindex location_index;
+  strtab *strings;  // a copy of the recorder's strings, owned
   bool allocs;      // an allocations profile: default_sample_type is alloc_space
   int64_t period;   // sample_every
   int64_t time_nanos, duration_nanos;
-  char *comments;   // NUL-terminated lines separated by '\n' (may be NULL)
+  char *comments;   // NUL-terminated lines separated by '\n' (may be NULL), owned
 } hs_snapshot;
 
+// A new, empty snapshot, or NULL when memory is short.
+hs_snapshot *snapshot_new(void);
 // Frees everything the snapshot owns (the struct itself too). NULL is a no-op.
 void snapshot_free(hs_snapshot *snapshot);
 
-// Appends a sample with a copy of frame_ids[0..n). Returns false when memory is short.
-bool snapshot_add_sample(hs_snapshot *snapshot, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
-                         int32_t gc_age, const int64_t values[HS_VALUE_COUNT]) __attribute__((warn_unused_result));
+// The id of location (1..N), added if new; 0 when memory is short.
+uint32_t snapshot_location_id(hs_snapshot *snapshot, hs_location location);
+
+// Appends a copy of location_ids[0..n) and returns its offset, for samples to share. Returns
+// UINT32_MAX when memory is short.
+uint32_t snapshot_add_stack(hs_snapshot *snapshot, const uint32_t *location_ids, uint32_t n);
+
+// Appends a sample over the stack at offset (from snapshot_add_stack). False when memory is short.
+bool snapshot_add_sample(hs_snapshot *snapshot, uint32_t offset, uint32_t n, uint32_t class_id, int32_t gc_age,
+                         const int64_t values[HS_VALUE_COUNT]) __attribute__((warn_unused_result));
 
 #endif

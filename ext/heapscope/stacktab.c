@@ -99,14 +99,6 @@ const hs_frame *stacktab_frame(const stacktab *table, uint32_t frame_id) {
 
 uint32_t stacktab_frame_count(const stacktab *table) { return table->frame_count; }
 
-hs_frame *stacktab_copy_frames(const stacktab *table, uint32_t *count) {
-  hs_frame *copy = malloc(sizeof(hs_frame) * table->frame_count);
-  if (copy == NULL) return NULL;
-  memcpy(copy, table->frames, sizeof(hs_frame) * table->frame_count);
-  *count = table->frame_count;
-  return copy;
-}
-
 // Returns a free stack id (reusing freed ones first), or 0 when memory is short.
 static uint32_t take_stack_id(stacktab *table) {
   if (table->free_count > 0) return table->free_ids[--table->free_count];

@@ -1,11 +1,14 @@
 // stacktab: interned frames and stacks.
 //
-// A frame is {function name id, file name id, line} (ids from a strtab); equal frames share one frame id.
+// A frame is {code id, line}: the code id names the method or block (see names.h; it is resolved to
+// names only when a profile is built), the line is where that code was executing. Equal frames share
+// one frame id.
 // A stack is a list of frame ids, leaf first; equal stacks share one stack id and a reference count:
 // each tracked object and each allocation counter holding the stack owns one reference, and the stack
 // is freed (its id reused) when the last one is released. Frames are never freed: they name code.
 //
-// Ids start at 1; 0 means "none". Pure C, no Ruby; not thread-safe (the owner holds the GVL).
+// Ids start at 1; 0 means "none". Pure C, no Ruby, never raises; not thread-safe (the owner holds
+// the GVL). Safe inside the allocation hook and the GC hook: it only mallocs and frees.
 #ifndef HEAPSCOPE_STACKTAB_H
 #define HEAPSCOPE_STACKTAB_H
 
@@ -13,12 +16,11 @@
 #include <stdint.h>
 
 typedef struct {
-  uint32_t function_id; // strtab id of the function's name
-  uint32_t file_id;     // strtab id of the file's path
-  int32_t line;
+  uint32_t code_id; // names.h code id; 0 = a marker: "line frames omitted"
+  int32_t line;     // 0 for C functions (they take their caller's line in profiles)
 } hs_frame;
 // Frames are hashed and compared as bytes: there must be no padding.
-_Static_assert(sizeof(hs_frame) == 12, "hs_frame must be padding-free");
+_Static_assert(sizeof(hs_frame) == 8, "hs_frame must be padding-free");
 
 typedef struct stacktab stacktab;
 
@@ -37,9 +39,6 @@ uint32_t stacktab_intern_frame(stacktab *table, hs_frame frame);
 // The frame behind frame_id (1..frame_count). Valid until the next stacktab_intern_frame.
 const hs_frame *stacktab_frame(const stacktab *table, uint32_t frame_id);
 uint32_t stacktab_frame_count(const stacktab *table);
-// Copies frames 1..frame_count into a new array indexed by frame id (element 0 is zeroed) for a
-// snapshot. NULL when memory is short; the caller frees it.
-hs_frame *stacktab_copy_frames(const stacktab *table, uint32_t *count);
 
 // Finds or adds the stack frame_ids[0..n) and takes one reference to it, storing its id in *stack_id.
 stacktab_status stacktab_acquire(stacktab *table, const uint32_t *frame_ids, uint32_t n, uint32_t *stack_id)
