@@ -1,0 +1,48 @@
+# frozen_string_literal: true
+
+# A small "request handler" that leaks: every request's session is remembered in a cache that is
+# never pruned (see SessionCache#remember). Most other allocations are garbage after each request.
+#
+#   ruby -Ilib examples/leaky_app.rb [out.pb.gz]
+#
+# Runs 20,000 requests under heapscope, writes a heap profile and prints the top live allocation sites.
+require "heapscope"
+require "json"
+
+class SessionCache
+  def initialize
+    @sessions = {}
+  end
+
+  def remember(id, user)
+    @sessions[id] = { user: user, token: "token-#{id}" * 4, seen_at: Time.now.to_f } # the leak
+  end
+end
+
+class App
+  def initialize
+    @cache = SessionCache.new
+  end
+
+  def call(id)
+    params = { "id" => id, "items" => Array.new(10) { |i| { "sku" => "sku-#{i}", "qty" => i } } }
+    body = JSON.generate(params)                       # garbage after the request
+    @cache.remember(id, "user-#{id % 100}")           # kept forever
+    body.bytesize
+  end
+end
+
+out = ARGV[0] || "heap.pb.gz"
+Heapscope.start(sample_every: 100)
+app = App.new
+20_000.times { |id| app.call(id) }
+Heapscope.write(out, gc: true)
+stats = Heapscope.stats
+Heapscope.stop
+
+puts "wrote #{out}: #{File.size(out)} bytes, #{stats[:tracked_objects]} objects tracked " \
+     "(1 in #{stats[:sample_every]} allocations sampled, #{stats[:recorder_bytes] / 1024} KiB used by heapscope)"
+puts
+puts "== heapscope top #{out}"
+require "heapscope/report/cli"
+Heapscope::Report::CLI.run("top", [out, "-n", "8"])

@@ -1,0 +1,125 @@
+# frozen_string_literal: true
+
+require_relative "core_helper"
+require "open3"
+require "tmpdir"
+
+# The Ruby API's contract: options, errors, profile types, files, and go tool pprof reading it all.
+class TestCoreAPI < Minitest::Test
+  include CoreHelper
+
+  Leak = Struct.new(:payload)
+
+  def test_bad_start_options_name_the_option_and_value
+    cases = {
+      { bogus: 1 } => /unknown option :bogus/,
+      { sample_every: 0 } => /sample_every must be an Integer from 1 to \d+, got 0/,
+      { sample_every: 1.5 } => /sample_every must be an Integer from 1 to \d+, got 1.5/,
+      { sample_every: "10" } => /sample_every must be an Integer from 1 to \d+, got "10"/,
+      { max_frames: 0 } => /max_frames must be an Integer from 1 to 3000, got 0/,
+      { max_frames: 3001 } => /max_frames must be an Integer from 1 to 3000, got 3001/,
+      { min_age: -1 } => /min_age must be an Integer from 0 to \d+, got -1/,
+      { track_sizes: "yes" } => /track_sizes must be true or false, got "yes"/,
+      { max_tracked_objects: 0 } => /max_tracked_objects must be an Integer from 1/,
+    }
+    cases.each do |options, message|
+      error = assert_raises(ArgumentError, options.inspect) { Heapscope.start(**options) }
+      assert_match message, error.message
+      refute Heapscope.running?, "a bad option must not start the profiler"
+    end
+  end
+
+  def test_state_errors_say_what_to_do
+    error = assert_raises(Heapscope::Error) { Heapscope.profile }
+    assert_match(/not running: call Heapscope.start/, error.message)
+    assert_raises(Heapscope::Error) { Heapscope.write(File.join(Dir.tmpdir, "never.pb.gz")) }
+    Heapscope.start
+    error = assert_raises(Heapscope::Error) { Heapscope.start }
+    assert_match(/already running \(call Heapscope.stop first/, error.message)
+    assert Heapscope.running?, "the failed second start leaves the first run alone"
+  end
+
+  def test_bad_profile_options
+    Heapscope.start
+    assert_match(/type must be one of :heap, :allocs, got :cpu/, assert_raises(ArgumentError) { Heapscope.profile(type: :cpu) }.message)
+    assert_match(/gc must be true or false, got 1/, assert_raises(ArgumentError) { Heapscope.profile(gc: 1) }.message)
+    assert_match(/min_age must be an Integer from 0/, assert_raises(ArgumentError) { Heapscope.profile(min_age: -2) }.message)
+    assert_match(/unknown option :seconds/, assert_raises(ArgumentError) { Heapscope.profile(seconds: 1) }.message)
+  end
+
+  def test_profile_vocabulary_heap_and_allocs
+    Heapscope.start(sample_every: 1)
+    keep = [Leak.new("x")]
+    heap = heap_profile(gc: true)
+    assert_equal [%w[alloc_objects count], %w[alloc_space bytes], %w[inuse_objects count], %w[inuse_space bytes]], heap.sample_types
+    assert_nil heap.default_sample_type, "viewers default to inuse_space (the last type)"
+    assert_equal "", heap.string_table[0]
+    allocs = decode(Heapscope.profile(type: :allocs))
+    assert_equal "alloc_space", allocs.default_sample_type
+    assert_equal (1..allocs.locations.size).to_a, allocs.locations.map(&:id)
+    assert_equal (1..allocs.functions.size).to_a, allocs.functions.map(&:id)
+    refute_nil keep
+  end
+
+  def test_allocs_count_allocations_since_start_until_reset
+    Heapscope.start(sample_every: 1)
+    in_finished_thread { 300.times { Leak.new(nil) } } # COUNTED
+    line = line_of("# COUNTED", __FILE__)
+    prof = decode(Heapscope.profile(type: :allocs))
+    assert_equal 300, sum_at(prof, "alloc_objects", line, klass: "TestCoreAPI::Leak")
+    assert_equal 300 * ObjectSpace.memsize_of(Leak.new(nil)), sum_at(prof, "alloc_space", line, klass: "TestCoreAPI::Leak")
+    Heapscope.reset
+    prof = decode(Heapscope.profile(type: :allocs))
+    assert_equal 0, sum_at(prof, "alloc_objects", line, klass: "TestCoreAPI::Leak")
+  end
+
+  def test_write_is_atomic_and_go_tool_pprof_reads_it
+    Heapscope.start(sample_every: 1)
+    keep = Array.new(77) { Leak.new("y" * 100) } # WRITTEN
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "heap.pb.gz")
+      assert_equal path, Heapscope.write(path, gc: true)
+      assert_equal [path], Dir[File.join(dir, "*")], "no temp file is left behind"
+      prof = Heapscope::Pprof.read(path)
+      line = line_of("# WRITTEN", __FILE__)
+      assert_equal 77, sum_at(prof, "inuse_objects", line, klass: "TestCoreAPI::Leak")
+
+      raw, status = Open3.capture2e("go", "tool", "pprof", "-raw", path)
+      assert status.success?, raw
+      assert_match(/^PeriodType: allocations count$/, raw)
+      assert_match(/alloc_objects\/count alloc_space\/bytes inuse_objects\/count inuse_space\/bytes/, raw)
+      # The sample for our line, as go tool pprof prints it: values, then its labels.
+      assert_match(/^\s+0\s+0\s+77\s+\d+: [\d ]+\n\s+class:\[TestCoreAPI::Leak\]\n\s+gc_age:\[1 gcs\]/, raw)
+      assert_match(/#{Regexp.escape(__FILE__)}:#{line}/, raw)
+
+      top, status = Open3.capture2e("go", "tool", "pprof", "-top", "-sample_index=inuse_objects", "-lines", path)
+      assert status.success?, top
+      first_row = top.lines.find { |l| l =~ /^\s+\d+\s+[\d.]+%/ }
+      assert_includes first_row, "#{File.basename(__FILE__)}:#{line}", "the 77 objects' line leads go tool pprof's top:\n#{top}"
+    end
+    refute_nil keep
+  end
+
+  def test_write_to_a_missing_directory_raises_and_leaves_nothing
+    Heapscope.start
+    Dir.mktmpdir do |dir|
+      path = File.join(dir, "missing", "heap.pb.gz")
+      assert_raises(Errno::ENOENT) { Heapscope.write(path) }
+      assert_empty Dir[File.join(dir, "**", "*")]
+    end
+  end
+
+  def test_stats_report_the_recorder
+    Heapscope.start(sample_every: 1)
+    keep = Array.new(1000) { Object.new }
+    stats = Heapscope.stats
+    %i[running sample_every samples_taken tracked_objects stacks frames strings dead_removed frozen
+       skipped_internal dropped record_bytes recorder_bytes].each { |key| assert stats.key?(key), key.to_s }
+    assert_equal true, stats[:running]
+    assert_operator stats[:samples_taken], :>=, 1000
+    assert_operator stats[:tracked_objects], :>=, 1000
+    assert_operator stats[:record_bytes], :<=, 48
+    assert_operator stats[:recorder_bytes], :>, stats[:tracked_objects] * stats[:record_bytes]
+    refute_nil keep
+  end
+end
