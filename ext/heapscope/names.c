@@ -129,12 +129,14 @@ uint32_t names_class_id(strtab *strings, VALUE obj) {
   if (!NIL_P(name)) return intern_value(strings, name);
 
   // An anonymous class: name it after its nearest named ancestor, so its objects aggregate.
+  // (rb_class_get_superclass, unlike rb_class_superclass, never raises; it also walks through the
+  // include classes of modules, which are skipped.)
   VALUE ancestor = klass;
   VALUE ancestor_name = Qnil;
   while (NIL_P(ancestor_name)) {
-    ancestor = rb_class_superclass(ancestor);
-    if (NIL_P(ancestor)) break;
-    ancestor_name = rb_mod_name(ancestor);
+    ancestor = rb_class_get_superclass(ancestor);
+    if (ancestor == 0 || NIL_P(ancestor)) break;
+    if (RB_TYPE_P(ancestor, T_CLASS)) ancestor_name = rb_mod_name(ancestor);
   }
   char label[256];
   int len = NIL_P(ancestor_name)
