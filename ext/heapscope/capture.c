@@ -81,11 +81,16 @@ static void sample(VALUE obj) {
   recorder_track(cap.recorder, obj, cap.frame_ids, count, class_id, (uint32_t)rb_gc_count(), cap.sampler.sample_every);
 }
 
-static void on_newobj(VALUE tracepoint, void *unused) {
-  (void)unused;
-  if (--cap.countdown != 0) return;
+// Kept out of line, so on_newobj's common path needs no stack frame or saved registers.
+__attribute__((noinline, cold)) static void take_sample(VALUE tracepoint) {
   cap.countdown = sampler_next_countdown(&cap.sampler);
   sample(rb_tracearg_object(rb_tracearg_from_tracepoint(tracepoint)));
+}
+
+static void on_newobj(VALUE tracepoint, void *unused) {
+  (void)unused;
+  if (__builtin_expect(--cap.countdown != 0, 1)) return;
+  take_sample(tracepoint);
 }
 
 static void on_gc_end_mark(VALUE tracepoint, void *unused) {
