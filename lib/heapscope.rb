@@ -22,6 +22,7 @@ module Heapscope
     track_sizes: true,
     max_tracked_objects: 1_000_000,
     max_stacks: 100_000,
+    max_overhead: 0.01,
   }.freeze
 
   PROFILE_DEFAULTS = { gc: false, type: :heap, min_age: nil }.freeze
@@ -40,12 +41,14 @@ module Heapscope
       check_integer(config, :max_tracked_objects, 1, 2**31 - 1)
       check_integer(config, :max_stacks, 1, 2**31 - 1)
       check_boolean(config, :track_sizes)
+      check_fraction(config, :max_overhead)
       if running?
         raise Error, "heapscope is already running (call Heapscope.stop first, or check Heapscope.running?)"
       end
 
       Native._start(config[:sample_every], config[:max_frames], config[:min_age], config[:track_sizes],
-                    config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE)
+                    config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE,
+                    config[:max_overhead]&.to_f)
       @config = config
       true
     end
@@ -130,6 +133,14 @@ module Heapscope
       return if value == true || value == false
 
       raise ArgumentError, "#{key} must be true or false, got #{value.inspect}"
+    end
+
+    # nil disables what the option bounds.
+    def check_fraction(config, key)
+      value = config[key]
+      return if value.nil? || (value.is_a?(Numeric) && value.real? && value > 0 && value <= 1)
+
+      raise ArgumentError, "#{key} must be a number above 0 and at most 1 (a fraction of run time) or nil, got #{value.inspect}"
     end
 
     def check_profile_options(options)

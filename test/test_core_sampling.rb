@@ -79,3 +79,57 @@ class TestCoreSampling < Minitest::Test
     refute_nil keep
   end
 end
+
+class TestCoreBudget < Minitest::Test
+  include CoreHelper
+
+  def keep_objects(keep, n)
+    n.times { keep << Object.new } # BUDGETED
+  end
+
+  def test_budget_lowers_the_rate_under_load_and_estimates_stay_unbiased
+    Heapscope.start(sample_every: 1, max_overhead: 0.001)
+    keep = []
+    n = 400_000
+    keep_objects(keep, n)
+    stats = Heapscope.stats
+    assert_operator stats[:current_sample_every], :>, 1, "sampling every allocation costs far more than 0.1%"
+    assert_operator stats[:rate_adjustments], :>=, 1
+    prof = heap_profile(gc: true)
+    estimate = sum_at(prof, "inuse_objects", line_of("# BUDGETED", __FILE__), klass: "Object")
+    # Each allocation was sampled with the probability in force then and weighs its inverse, so the sum
+    # is unbiased; its sd is at most sqrt(n * highest sample_every used).
+    highest = [stats[:current_sample_every], 1024].min
+    assert_in_delta n, estimate, 4 * Math.sqrt(n * highest) + 1
+    assert(prof.comments.any? { |c| c.include?("max_overhead=0.001") }, prof.comments.inspect)
+  end
+
+  def test_budget_raises_the_rate_again_when_load_drops
+    Heapscope.start(sample_every: 1, max_overhead: 0.001)
+    keep = []
+    keep_objects(keep, 200_000)
+    lowered = Heapscope.stats[:current_sample_every]
+    assert_operator lowered, :>, 1
+    # Quiet periods: a few allocations per 120 ms window cost far less than the budget.
+    12.times do
+      sleep 0.12
+      keep_objects(keep, 2 * Heapscope.stats[:current_sample_every])
+    end
+    assert_operator Heapscope.stats[:current_sample_every], :<, lowered
+  end
+
+  def test_without_a_budget_the_rate_never_moves
+    Heapscope.start(sample_every: 1, max_overhead: nil)
+    keep = []
+    keep_objects(keep, 200_000)
+    assert_equal 1, Heapscope.stats[:current_sample_every]
+    assert_nil Heapscope.stats[:max_overhead]
+  end
+
+  def test_bad_max_overhead
+    [0, -0.1, 1.5, "0.01", Float::NAN].each do |bad|
+      error = assert_raises(ArgumentError) { Heapscope.start(max_overhead: bad) }
+      assert_match(/max_overhead must be a number above 0 and at most 1/, error.message)
+    end
+  end
+end

@@ -4,7 +4,9 @@
 #include <ruby/debug.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "budget.h"
 #include "sampler.h"
 
 // How deep a stack is counted when it is deeper than max_frames (Ruby raises SystemStackError before
@@ -15,6 +17,7 @@ static struct {
   bool running;
   uint64_t countdown; // allocations left until the next sample
   sampler sampler;
+  budget budget;
   capture_config config;
   recorder *recorder;
   names *names;
@@ -81,10 +84,24 @@ static void sample(VALUE obj) {
   recorder_track(cap.recorder, obj, cap.frame_ids, count, class_id, (uint32_t)rb_gc_count(), cap.sampler.sample_every);
 }
 
+static uint64_t now_nanos(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// Charges sampling work that started at started to the budget, which may change the rate.
+static void charge(uint64_t started) {
+  uint64_t now = now_nanos();
+  if (budget_spend(&cap.budget, now - started, now)) sampler_set_every(&cap.sampler, cap.budget.current_every);
+}
+
 // Kept out of line, so on_newobj's common path needs no stack frame or saved registers.
 __attribute__((noinline, cold)) static void take_sample(VALUE tracepoint) {
-  cap.countdown = sampler_next_countdown(&cap.sampler);
+  uint64_t started = now_nanos();
   sample(rb_tracearg_object(rb_tracearg_from_tracepoint(tracepoint)));
+  charge(started);
+  cap.countdown = sampler_next_countdown(&cap.sampler);
 }
 
 static void on_newobj(VALUE tracepoint, void *unused) {
@@ -96,8 +113,10 @@ static void on_newobj(VALUE tracepoint, void *unused) {
 static void on_gc_end_mark(VALUE tracepoint, void *unused) {
   (void)tracepoint;
   (void)unused;
+  uint64_t started = now_nanos();
   cap.stats.gc_end_marks++;
   recorder_on_gc_end_mark(cap.recorder);
+  charge(started);
 }
 
 // ---- The holder object: how the GC sees capture's state ----
@@ -180,6 +199,7 @@ bool capture_start(const capture_config *config) {
   }
   memset(&cap.stats, 0, sizeof cap.stats);
   sampler_init(&cap.sampler, config->sample_every, sampler_seed_from_os());
+  budget_init(&cap.budget, config->max_overhead, config->sample_every, now_nanos());
   cap.countdown = sampler_next_countdown(&cap.sampler);
   cap.running = true;
   rb_tracepoint_enable(cap.gc_hook);
@@ -199,4 +219,10 @@ bool capture_running(void) { return cap.running; }
 const capture_config *capture_current_config(void) { return &cap.config; }
 recorder *capture_recorder(void) { return cap.recorder; }
 names *capture_names(void) { return cap.names; }
-void capture_get_stats(capture_stats *stats) { *stats = cap.stats; }
+void capture_get_stats(capture_stats *stats) {
+  *stats = cap.stats;
+  stats->current_every = cap.sampler.sample_every;
+  stats->rate_adjustments = cap.budget.adjustments;
+  stats->sampling_nanos = cap.budget.total_spent;
+  stats->last_overhead = cap.budget.last_overhead;
+}

@@ -29,6 +29,7 @@ typedef struct {
   uint32_t sample_every;
   uint32_t max_frames;
   uint32_t min_age; // kept for the profile's comments; snapshots take it as an argument
+  double max_overhead; // the adaptive budget (budget.h); <= 0: always sample_every
   recorder_config recorder;
 } capture_config;
 
@@ -38,6 +39,10 @@ typedef struct {
   uint64_t dropped_no_memory; // picked, but interning its frames or class ran out of memory
   uint64_t frames_truncated;  // samples whose stack was deeper than max_frames
   uint64_t gc_end_marks;      // GCs observed
+  uint32_t current_every;     // the sampling rate in force (the budget may have lowered it)
+  uint64_t rate_adjustments;  // times the budget changed the rate
+  uint64_t sampling_nanos;    // time spent in sampling work and the GC hook
+  double last_overhead;       // sampling time / wall time over the budget's last window
 } capture_stats;
 
 // Once, from Init: creates the object through which the GC marks and compacts capture's state.

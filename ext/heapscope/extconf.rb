@@ -21,8 +21,6 @@ unless have_func("rb_objspace_marked_object_p")
 end
 # memsize_of from C; without it sizes are the slot size.
 have_func("rb_obj_memsize_of")
-# Ruby 3.3 replaced rb_postponed_job_register_one with preregister + trigger.
-have_func("rb_postponed_job_preregister", "ruby/debug.h")
 
 abort "heapscope: zlib.h is missing (apt-get install zlib1g-dev)" unless have_header("zlib.h")
 abort "heapscope: libz is missing (apt-get install zlib1g-dev)" unless have_library("z", "deflateInit2_", "zlib.h")

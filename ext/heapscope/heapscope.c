@@ -14,6 +14,9 @@
 
 static VALUE eHeapscopeError;
 static uint64_t started_at_nanos;
+// How long the last profile held the GVL (naming, measuring, grouping, copying) and how long it
+// encoded and gzipped without it.
+static uint64_t last_profile_gvl_nanos, last_profile_encode_nanos;
 
 static uint64_t wall_nanos(void) {
   struct timespec ts;
@@ -21,17 +24,25 @@ static uint64_t wall_nanos(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static uint64_t monotonic_nanos(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static uint32_t to_u32(VALUE value) { return (uint32_t)NUM2ULONG(value); }
 
-// Native._start(sample_every, max_frames, min_age, track_sizes, max_tracked_objects, max_stacks, slot_size)
+// Native._start(sample_every, max_frames, min_age, track_sizes, max_tracked_objects, max_stacks, slot_size,
+//               max_overhead)
 static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALUE min_age, VALUE track_sizes,
-                          VALUE max_tracked_objects, VALUE max_stacks, VALUE slot_size) {
+                          VALUE max_tracked_objects, VALUE max_stacks, VALUE slot_size, VALUE max_overhead) {
   (void)self;
   if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
   capture_config config = {
     .sample_every = to_u32(sample_every),
     .max_frames = to_u32(max_frames),
     .min_age = to_u32(min_age),
+    .max_overhead = NIL_P(max_overhead) ? 0.0 : NUM2DBL(max_overhead),
     .recorder = {
       .max_tracked_objects = to_u32(max_tracked_objects),
       .max_stacks = to_u32(max_stacks),
@@ -69,11 +80,11 @@ static char *profile_comments(uint32_t min_age) {
   if (text == NULL) return NULL;
   snprintf(text, size,
            "heapscope %s ruby %s pid %ld\n"
-           "sample_every=%u max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
+           "sample_every=%u current_sample_every=%u max_overhead=%g max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
            "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
            "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
-           HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, c->max_frames, min_age,
+           HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
            (unsigned long long)cs.samples_taken, (unsigned long long)rs.tracked_objects,
            (unsigned long long)rs.dead_removed, (unsigned long long)cs.skipped_internal,
@@ -109,6 +120,7 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   (void)self;
   if (!capture_running()) rb_raise(eHeapscopeError, "heapscope is not running: call Heapscope.start first");
   uint32_t age = to_u32(min_age);
+  uint64_t gvl_started = monotonic_nanos();
   // Names need Ruby strings, so they are read here, before the snapshot (which allocates none).
   if (!names_resolve(capture_names(), recorder_strings(capture_recorder()))) {
     rb_raise(rb_eNoMemError, "heapscope: not enough memory to name frames");
@@ -119,7 +131,10 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   job.snapshot->period = capture_current_config()->sample_every;
   job.snapshot->duration_nanos = (int64_t)(wall_nanos() - started_at_nanos);
   job.snapshot->comments = profile_comments(age);
+  uint64_t encode_started = monotonic_nanos();
+  last_profile_gvl_nanos = encode_started - gvl_started;
   rb_thread_call_without_gvl(encode_without_gvl, &job, NULL, NULL);
+  last_profile_encode_nanos = monotonic_nanos() - encode_started;
   if (!job.ok) {
     pb_free(&job.gzipped);
     rb_raise(rb_eNoMemError, "heapscope: not enough memory to encode the profile");
@@ -150,6 +165,11 @@ static VALUE native_stats(VALUE self) {
   capture_get_stats(&cs);
   recorder_get_stats(capture_recorder(), &rs);
   set_u64(h, "sample_every", capture_current_config()->sample_every);
+  set_u64(h, "current_sample_every", cs.current_every);
+  set(h, "max_overhead", capture_current_config()->max_overhead > 0 ? DBL2NUM(capture_current_config()->max_overhead) : Qnil);
+  set(h, "sampling_overhead", DBL2NUM(cs.last_overhead));
+  set_u64(h, "sampling_ns", cs.sampling_nanos);
+  set_u64(h, "rate_adjustments", cs.rate_adjustments);
   set_u64(h, "samples_taken", cs.samples_taken);
   set_u64(h, "tracked_objects", rs.tracked_objects);
   set_u64(h, "stacks", rs.live_stacks);
@@ -166,6 +186,8 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "dropped_no_memory", cs.dropped_no_memory + rs.dropped_no_memory);
   set_u64(h, "invalid_records", rs.invalid_records);
   set_u64(h, "gc_runs_seen", cs.gc_end_marks);
+  set_u64(h, "last_profile_gvl_ns", last_profile_gvl_nanos);
+  set_u64(h, "last_profile_encode_ns", last_profile_encode_nanos);
   set_u64(h, "record_bytes", rs.record_bytes);
   set_u64(h, "recorder_bytes", rs.memory_bytes + capture_memory());
   return h;
@@ -195,7 +217,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_global_variable(&eHeapscopeError);
 
   VALUE mNative = rb_define_module_under(mHeapscope, "Native");
-  rb_define_singleton_method(mNative, "_start", native_start, 7);
+  rb_define_singleton_method(mNative, "_start", native_start, 8);
   rb_define_singleton_method(mNative, "_stop", native_stop, 0);
   rb_define_singleton_method(mNative, "_running?", native_running_p, 0);
   rb_define_singleton_method(mNative, "_profile", native_profile, 2);

@@ -13,10 +13,14 @@ static uint64_t splitmix64(uint64_t *state) {
 }
 
 void sampler_init(sampler *s, uint32_t sample_every, uint64_t seed) {
-  if (sample_every < 1) sample_every = 1;
   s->rng[0] = splitmix64(&seed);
   s->rng[1] = splitmix64(&seed);
   if ((s->rng[0] | s->rng[1]) == 0) s->rng[1] = 1;
+  sampler_set_every(s, sample_every);
+}
+
+void sampler_set_every(sampler *s, uint32_t sample_every) {
+  if (sample_every < 1) sample_every = 1;
   s->sample_every = sample_every;
   s->log_keep = sample_every == 1 ? 0.0 : log1p(-1.0 / (double)sample_every);
 }

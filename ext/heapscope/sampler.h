@@ -23,6 +23,10 @@ typedef struct {
 // Prepares s for 1-in-sample_every sampling (sample_every >= 1), seeded with seed.
 void sampler_init(sampler *s, uint32_t sample_every, uint64_t seed);
 
+// Changes the rate to 1-in-sample_every (>= 1), keeping the random state. Takes effect at the next
+// sampler_next_countdown.
+void sampler_set_every(sampler *s, uint32_t sample_every);
+
 // Returns how many allocations to count down before the next sample: the next sample is the
 // allocation that brings the count to zero, so the result is >= 1 (exactly 1 when sample_every is 1).
 uint64_t sampler_next_countdown(sampler *s);
