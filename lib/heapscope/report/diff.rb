@@ -1,0 +1,140 @@
+# frozen_string_literal: true
+
+require "heapscope/report/command"
+require "heapscope/report/flamegraph"
+
+module Heapscope
+  module Report
+    # Diff compares two profiles site by site: what grew and what shrank from BASE to NEW, sorted by
+    # growth, each change with its sampling error (changes within twice their error are marked as noise).
+    #
+    #   heapscope diff before.pb.gz after.pb.gz
+    #   heapscope diff before.pb.gz after.pb.gz --html -o growth.html   # a flame graph coloured by growth
+    class Diff < Command
+      USAGE = "usage: heapscope diff BASE NEW [--sample TYPE] [--by line|function|class] [-n 20] [--json] " \
+              "[--html [-o out.html]]"
+
+      def defaults
+        { n: 20, by: "line" }
+      end
+
+      def options(parser, opts)
+        sample_flag(parser, opts)
+        by_flag(parser, opts)
+        limit_flag(parser, opts)
+        parser.on("--json", "print JSON for machines") { opts[:json] = true }
+        parser.on("--html", "write a flame graph coloured by growth instead of text") { opts[:html] = true }
+        parser.on("-o", "--output PATH", "where --html writes (default: NEW with -diff.html; - for stdout)") do |v|
+          opts[:output] = v
+        end
+      end
+
+      def check_args(args)
+        super(args, min: 2, max: 2, what: "BASE and NEW profiles")
+        raise Error, "-o needs --html" if @opts[:output] && !@opts[:html]
+      end
+
+      def run(out)
+        base_path, new_path = @args
+        base = Sites.load(base_path)
+        newer = Sites.load(new_path)
+        if @opts[:html]
+          return Flamegraph.write(self.class.html(base, newer, base_path: base_path, new_path: new_path,
+                                                  sample: @opts[:sample]),
+                                  @opts[:output] || new_path.sub(/(\.pb)?(\.gz)?\z/, "") + "-diff.html", out)
+        end
+        data = self.class.report(base, newer, base_path: base_path, new_path: new_path,
+                                              **@opts.slice(:sample, :by, :n))
+        out.puts(@opts[:json] ? JSON.pretty_generate(data) : self.class.text(data))
+        0
+      end
+
+      # Computes the comparison as a Hash (what --json prints): "grew" largest growth first, "shrank"
+      # largest shrink first, at most n each.
+      def self.report(base, newer, base_path: "base", new_path: "new", sample: nil, by: "line", n: 20)
+        ti = Sites.sample_index(newer, sample, new_path)
+        name, unit = newer.sample_types[ti]
+        bi = Sites.sample_index(base, name, base_path)
+        s_new = Sampling.new(newer)
+        s_base = Sampling.new(base)
+        new_sites = Sites.aggregate(newer, by)
+        base_sites = Sites.aggregate(base, by)
+        rows = (new_sites.keys | base_sites.keys).map do |key|
+          e_new = new_sites[key]
+          e_base = base_sites[key]
+          v_new = e_new ? e_new.flat[ti] : 0
+          v_base = e_base ? e_base.flat[bi] : 0
+          # Independent samples: the errors of the two estimates add in quadrature.
+          err_new = e_new ? s_new.absolute_error(e_new.flat, ti) : 0.0
+          err_base = e_base ? s_base.absolute_error(e_base.flat, bi) : 0.0
+          err = err_new && err_base ? Math.sqrt(err_new**2 + err_base**2) : nil
+          e = e_new || e_base
+          change = v_new - v_base
+          {
+            "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
+            "base" => v_base, "new" => v_new, "change" => change,
+            "change_percent" => v_base.zero? ? nil : (100.0 * change / v_base.abs).round(2),
+            "error" => err&.round(1), "noise" => err ? change.abs < 2 * err : nil
+          }
+        end
+        rows.reject! { |r| r["change"].zero? }
+        total_base = base.samples.sum { |s| s.values[bi] }
+        total_new = newer.samples.sum { |s| s.values[ti] }
+        {
+          "base_file" => base_path, "new_file" => new_path, "sample_type" => name, "unit" => unit, "by" => by,
+          "total_base" => total_base, "total_new" => total_new, "sampling_base" => s_base.describe,
+          "sampling_new" => s_new.describe,
+          "grew" => rows.select { |r| r["change"].positive? }.sort_by { |r| [-r["change"], r["name"]] }.first(n),
+          "shrank" => rows.select { |r| r["change"].negative? }.sort_by { |r| [r["change"], r["name"]] }.first(n),
+          "grew_total" => rows.count { |r| r["change"].positive? },
+          "shrank_total" => rows.count { |r| r["change"].negative? },
+        }
+      end
+
+      # Renders report's Hash as text.
+      def self.text(data)
+        unit = data["unit"]
+        change = data["total_new"] - data["total_base"]
+        pct = data["total_base"].zero? ? "" : format(", %+.1f%%", 100.0 * change / data["total_base"].abs)
+        lines = ["Base: #{data["base_file"]} (#{data["sampling_base"]})",
+                 "New:  #{data["new_file"]} (#{data["sampling_new"]})",
+                 "Type: #{data["sample_type"]}, by #{data["by"]}",
+                 "Total: #{Units.format(data["total_base"], unit)} -> #{Units.format(data["total_new"], unit)} " \
+                 "(#{Units.signed(change, unit)}#{pct})"]
+        [["Grew", "grew"], ["Shrank", "shrank"]].each do |title, key|
+          rows = data[key]
+          lines << ""
+          lines << "#{title}: #{data["#{key}_total"]} site#{data["#{key}_total"] == 1 ? "" : "s"}#{rows.size < data["#{key}_total"] ? " (showing #{rows.size})" : ""}"
+          next if rows.empty?
+
+          table = [%w[base new change change% error site]]
+          rows.each do |r|
+            err = r["error"].nil? ? "?" : "±#{Units.format(r["error"].round, unit)}"
+            err += " noise" if r["noise"]
+            table << [Units.format(r["base"], unit), Units.format(r["new"], unit), Units.signed(r["change"], unit),
+                      r["change_percent"].nil? ? "new" : format("%+.1f%%", r["change_percent"]), err, r["name"]]
+          end
+          lines.concat(Report.table(table))
+        end
+        lines << ""
+        lines << "(error: sampling error of the change; \"noise\": the change is within twice its error)"
+        lines.join("\n")
+      end
+
+      # The flame graph of NEW coloured by growth since BASE (red grew, blue shrank).
+      def self.html(base, newer, base_path:, new_path:, sample: nil)
+        ti = Sites.sample_index(newer, sample, new_path)
+        Sites.sample_index(base, newer.sample_types[ti][0], base_path)
+        data = Flamegraph.tree([newer, base])
+        data.merge!("types" => Flamegraph.types(newer), "type" => ti, "icicle" => false)
+        FlamegraphPage.render(
+          data, title: "heapscope diff: #{File.basename(base_path)} -> #{File.basename(new_path)}",
+                meta: "base #{base_path} (#{base.samples.size} samples), new #{new_path} (#{newer.samples.size} samples)",
+                help: "Width is the new profile's value (switch to base with Width). Red frames grew since the " \
+                      "base, blue ones shrank; the deeper the colour, the larger the change. Hover for base, new " \
+                      "and change; click to zoom, Escape to reset."
+        )
+      end
+    end
+  end
+end

@@ -1,0 +1,278 @@
+# frozen_string_literal: true
+
+require "json"
+require "erb"
+
+module Heapscope
+  module Report
+    # FlamegraphPage is the self-contained HTML of a flame graph: our own CSS and JavaScript inline, the
+    # aggregated call tree as JSON, nothing fetched from the network. The browser only lays out and draws;
+    # all aggregation happened in Ruby (Flamegraph.tree), so big profiles stay responsive. Kept as Ruby
+    # strings so the gem packages them with the code.
+    #
+    # The data (see Flamegraph.tree): frames [[function, file, line]] (frame 0 is the root "all"), and per
+    # node its parent (parents come before children), frame and value per sample type (cumulative:
+    # the node and everything it called). base, when present, holds the same for a diff's base profile.
+    module FlamegraphPage
+      CSS = <<~CSS
+        body { font: 13px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #222; background: #fff; }
+        header { padding: 10px 14px 6px; border-bottom: 1px solid #ddd; }
+        h1 { font-size: 16px; margin: 0 0 4px; }
+        .meta { color: #555; }
+        .controls { display: flex; gap: 10px; align-items: center; flex-wrap: wrap; padding: 8px 14px; }
+        .controls input[type=search] { width: 240px; padding: 3px 6px; }
+        #hs-status { color: #444; }
+        #hs-graph { position: relative; margin: 0 14px; }
+        #hs-svg { display: block; width: 100%; }
+        #hs-svg g { cursor: pointer; }
+        #hs-svg rect { stroke: #fff; stroke-width: 0.5; }
+        #hs-svg g:hover rect { stroke: #000; stroke-width: 1; }
+        #hs-svg text { font: 11px ui-monospace, Menlo, Consolas, monospace; fill: #000; pointer-events: none; }
+        #hs-svg g.hs-dim rect { opacity: 0.35; }
+        #hs-tip { position: fixed; display: none; max-width: 560px; background: #fffbe6; border: 1px solid #999;
+                  padding: 6px 8px; box-shadow: 0 2px 6px rgba(0,0,0,.2); pointer-events: none; z-index: 10;
+                  font: 12px/1.4 ui-monospace, Menlo, Consolas, monospace; white-space: pre-wrap; word-break: break-all; }
+        #hs-top { margin: 14px; border-collapse: collapse; }
+        #hs-top th, #hs-top td { padding: 2px 10px; text-align: right; border-bottom: 1px solid #eee; }
+        #hs-top td.n, #hs-top th.n { text-align: left; font-family: ui-monospace, Menlo, Consolas, monospace; }
+        .hs-help { color: #666; margin: 6px 14px 14px; }
+      CSS
+
+      JS = <<~'JS'
+        (function () {
+          "use strict";
+          var D = JSON.parse(document.getElementById("hs-data").textContent);
+          var N = D.parent.length, ROW = 18, i;
+          var kids = [], depth = new Int32Array(N);
+          for (i = 0; i < N; i++) kids.push([]);
+          for (i = 1; i < N; i++) { kids[D.parent[i]].push(i); depth[i] = depth[D.parent[i]] + 1; }
+          function fn(i) { return D.frames[D.frame[i]][0]; }
+          function where(i) {
+            var f = D.frames[D.frame[i]];
+            return f[1] ? f[1] + (f[2] > 0 ? ":" + f[2] : "") : "";
+          }
+          // Children in name order, so a frame keeps its place when the sample type changes.
+          kids.forEach(function (k) {
+            k.sort(function (a, b) { var x = fn(a) + where(a), y = fn(b) + where(b); return x < y ? -1 : x > y ? 1 : 0; });
+          });
+          var st = { t: D.type, zoom: 0, icicle: !!D.icicle, base: false, re: null };
+          var $ = function (id) { return document.getElementById(id); };
+
+          function unit() { return D.types[st.t].unit; }
+          function cur(i) { return D.values[st.t][i]; }
+          function old(i) { return D.base ? D.base[st.t][i] : 0; }
+          // Width of a node: its value in the chosen type (a diff can size by the base instead).
+          function size(i) { var v = st.base ? old(i) : cur(i); return v > 0 ? v : 0; }
+          function selfOf(arr, i) { var v = arr[i]; kids[i].forEach(function (k) { v -= arr[k]; }); return v; }
+
+          function human(v, u) {
+            var neg = v < 0, a = Math.abs(v), units, base, k = 0;
+            if (u === "bytes") { units = [" B", " KiB", " MiB", " GiB", " TiB"]; base = 1024; }
+            else if (u === "count" || u === "objects") { units = ["", "k", "M", "G", "T"]; base = 1000; }
+            else return String(v);
+            while (a >= base && k < units.length - 1) { a /= base; k++; }
+            var s = k === 0 ? String(Math.round(a)) : a.toFixed(a >= 100 ? 0 : 1);
+            return (neg ? "-" : "") + s + units[k];
+          }
+          function signed(v, u) { return (v > 0 ? "+" : "") + human(v, u); }
+          function pct(v, total) { return total ? (100 * v / total).toFixed(1) + "%" : "-"; }
+          function esc(s) {
+            return String(s).replace(/[&<>"']/g, function (c) {
+              return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c];
+            });
+          }
+          function hash(s) { var h = 2166136261; for (var j = 0; j < s.length; j++) { h ^= s.charCodeAt(j); h = Math.imul(h, 16777619); } return h >>> 0; }
+
+          var maxDelta = 1;
+          function color(i) {
+            if (st.re && matches(i)) return "#d34fe8";
+            if (D.base) {
+              // Diff: red grew, blue shrank, white unchanged; intensity relative to the largest change.
+              var d = cur(i) - old(i), a = Math.min(1, Math.abs(d) / maxDelta), c = Math.round(235 - 180 * a);
+              return d > 0 ? "rgb(255," + c + "," + c + ")" : d < 0 ? "rgb(" + c + "," + c + ",255)" : "rgb(238,238,238)";
+            }
+            if (i === 0) return "rgb(200,200,200)";
+            var h = hash(fn(i));
+            return "hsl(" + (8 + h % 42) + "," + (70 + (h >> 8) % 25) + "%," + (55 + (h >> 16) % 10) + "%)";
+          }
+          function matches(i) { return st.re.test(fn(i)) || st.re.test(where(i)); }
+
+          function render() {
+            var svg = $("hs-svg"), W = Math.max(200, $("hs-graph").clientWidth), rects = [], maxDepth = 0;
+            if (D.base) {
+              maxDelta = 1;
+              for (var j = 1; j < N; j++) maxDelta = Math.max(maxDelta, Math.abs(cur(j) - old(j)));
+            }
+            // The zoomed node and its ancestors span the full width; below it, widths are proportional.
+            for (var a = st.zoom; ; a = D.parent[a]) { rects.push([a, 0, W]); if (a === 0) break; }
+            var total = size(st.zoom);
+            (function lay(node, x, scale) {
+              kids[node].forEach(function (k) {
+                var w = size(k) * scale;
+                if (w >= 0.5) { rects.push([k, x, w]); lay(k, x, scale); }
+                x += w;
+              });
+            })(st.zoom, 0, total > 0 ? W / total : 0);
+            rects.forEach(function (r) { maxDepth = Math.max(maxDepth, depth[r[0]]); });
+            var H = (maxDepth + 1) * ROW, out = [];
+            rects.forEach(function (r) {
+              var n = r[0], x = r[1], w = r[2], y = st.icicle ? depth[n] * ROW : H - (depth[n] + 1) * ROW;
+              // The label is the function and its share of the total, shortened to fit the frame.
+              var name = fn(n), chars = Math.floor((w - 6) / 6.6), text = "";
+              var full = n === 0 ? name : name + " (" + pct(cur(n), cur(0)) + ")";
+              if (chars >= full.length) text = full;
+              else if (chars >= 3) text = name.length > chars ? name.slice(0, chars - 1) + "\u2026" : name;
+              var dim = D.base ? "" : (st.re && !matches(n) ? " class=\"hs-dim\"" : "");
+              out.push("<g data-i=\"" + n + "\" data-name=\"" + esc(name) + "\"" + dim + "><rect x=\"" + x.toFixed(1) +
+                "\" y=\"" + y + "\" width=\"" + Math.max(w - 0.5, 0.5).toFixed(1) + "\" height=\"" + (ROW - 1) +
+                "\" fill=\"" + color(n) + "\"></rect>" + (text ? "<text x=\"" + (x + 3).toFixed(1) + "\" y=\"" + (y + 13) + "\">" +
+                esc(text) + "</text>" : "") + "</g>");
+            });
+            svg.setAttribute("height", H);
+            svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+            svg.innerHTML = out.join("");
+            status();
+          }
+
+          function status() {
+            var t = D.types[st.t], total = cur(0), s = t.name + ": total " + human(total, t.unit);
+            if (D.base) s = t.name + ": base " + human(old(0), t.unit) + ", new " + human(total, t.unit) + ", change " + signed(total - old(0), t.unit);
+            if (st.zoom) s += "; zoomed on " + fn(st.zoom) + " (" + pct(cur(st.zoom), total) + ")";
+            if (st.re) {
+              // Count each matching stack once: skip matches under a matching ancestor.
+              var m = 0;
+              for (var j = 1; j < N; j++) {
+                if (!matches(j)) continue;
+                var up = D.parent[j], under = false;
+                for (; up !== 0; up = D.parent[up]) if (matches(up)) { under = true; break; }
+                if (!under) m += cur(j);
+              }
+              s += "; matched " + human(m, t.unit) + " (" + pct(m, total) + " of total)";
+            }
+            $("hs-status").textContent = s;
+          }
+
+          // The table under the graph: sites by self value (or by self growth in a diff), summed per frame.
+          function table() {
+            var per = {}, t = D.types[st.t], total = cur(0);
+            for (var j = 1; j < N; j++) {
+              var f = D.frame[j], e = per[f] || (per[f] = { i: j, self: 0, base: 0 });
+              e.self += selfOf(D.values[st.t], j);
+              if (D.base) e.base += selfOf(D.base[st.t], j);
+            }
+            var rows = Object.keys(per).map(function (k) { return per[k]; })
+              .filter(function (e) { return e.self !== 0 || e.base !== 0; });
+            rows.sort(function (a, b) { return D.base ? (b.self - b.base) - (a.self - a.base) : b.self - a.self; });
+            var head = D.base ? "<tr><th>base</th><th>new</th><th>change</th><th class=\"n\">site (self)</th></tr>"
+                              : "<tr><th>self</th><th>share</th><th class=\"n\">site (self)</th></tr>";
+            var body = rows.slice(0, 20).map(function (e) {
+              var name = esc(fn(e.i)) + (where(e.i) ? " <span style=\"color:#777\">" + esc(where(e.i)) + "</span>" : "");
+              return D.base ? "<tr><td>" + human(e.base, t.unit) + "</td><td>" + human(e.self, t.unit) + "</td><td>" +
+                  signed(e.self - e.base, t.unit) + "</td><td class=\"n\">" + name + "</td></tr>"
+                : "<tr><td>" + human(e.self, t.unit) + "</td><td>" + pct(e.self, total) + "</td><td class=\"n\">" + name + "</td></tr>";
+            });
+            $("hs-top").innerHTML = "<caption style=\"text-align:left\">" + (D.base ? "Largest growth" : "Top sites") +
+              " by self " + esc(t.name) + "</caption>" + head + body.join("");
+          }
+
+          function tip(i, ev) {
+            var t = D.types[st.t], lines = [fn(i)];
+            if (where(i)) lines.push(where(i));
+            if (D.base) {
+              lines.push(t.name + ": " + human(old(i), t.unit) + " -> " + human(cur(i), t.unit) + " (" + signed(cur(i) - old(i), t.unit) + ")");
+            } else {
+              lines.push(t.name + ": " + human(cur(i), t.unit) + " (" + pct(cur(i), cur(0)) + " of total), self " +
+                         human(selfOf(D.values[st.t], i), t.unit));
+              // The paired types: bytes and objects of the same kind (inuse_space <-> inuse_objects).
+              var stem = t.name.replace(/_(space|objects)$/, "");
+              D.types.forEach(function (o, k) {
+                if (k !== st.t && o.name.replace(/_(space|objects)$/, "") === stem) lines.push(o.name + ": " + human(D.values[k][i], o.unit));
+              });
+            }
+            var el = $("hs-tip");
+            el.textContent = lines.join("\n");
+            el.style.display = "block";
+            var x = ev.clientX + 14, y = ev.clientY + 14;
+            if (x + el.offsetWidth > window.innerWidth) x = Math.max(0, ev.clientX - el.offsetWidth - 14);
+            if (y + el.offsetHeight > window.innerHeight) y = Math.max(0, ev.clientY - el.offsetHeight - 14);
+            el.style.left = x + "px";
+            el.style.top = y + "px";
+          }
+
+          function nodeOf(ev) { var g = ev.target.closest ? ev.target.closest("g[data-i]") : null; return g ? +g.getAttribute("data-i") : -1; }
+          $("hs-svg").addEventListener("mousemove", function (ev) { var i = nodeOf(ev); if (i >= 0) tip(i, ev); else $("hs-tip").style.display = "none"; });
+          $("hs-svg").addEventListener("mouseleave", function () { $("hs-tip").style.display = "none"; });
+          $("hs-svg").addEventListener("click", function (ev) { var i = nodeOf(ev); if (i >= 0) { st.zoom = i; render(); } });
+          $("hs-reset").addEventListener("click", function () { st.zoom = 0; render(); });
+          $("hs-icicle").checked = st.icicle;
+          $("hs-icicle").addEventListener("change", function () { st.icicle = this.checked; render(); });
+          var sel = $("hs-type");
+          D.types.forEach(function (t, k) {
+            var o = document.createElement("option");
+            o.value = k; o.textContent = t.name + " (" + t.unit + ")"; o.selected = k === st.t;
+            sel.appendChild(o);
+          });
+          sel.addEventListener("change", function () { st.t = +this.value; render(); table(); });
+          $("hs-search").addEventListener("input", function () {
+            var q = this.value.trim();
+            if (!q) st.re = null;
+            else { try { st.re = new RegExp(q, "i"); } catch (e) { st.re = new RegExp(q.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "i"); } }
+            render();
+          });
+          if (D.base) {
+            $("hs-sizeby").style.display = "";
+            $("hs-size").addEventListener("change", function () { st.base = this.value === "base"; render(); });
+          }
+          document.addEventListener("keydown", function (ev) {
+            if (ev.key === "Escape") { st.zoom = 0; $("hs-search").value = ""; st.re = null; render(); }
+          });
+          window.addEventListener("resize", render);
+          render();
+          table();
+        })();
+      JS
+
+      TEMPLATE = ERB.new(<<~HTML, trim_mode: "-")
+        <!DOCTYPE html>
+        <html lang="en">
+        <head>
+        <meta charset="utf-8">
+        <meta name="viewport" content="width=device-width, initial-scale=1">
+        <title><%= title %></title>
+        <style><%= css %></style>
+        </head>
+        <body>
+        <header>
+        <h1><%= title %></h1>
+        <div class="meta"><%= meta %></div>
+        </header>
+        <div class="controls">
+        <label>Sample type <select id="hs-type"></select></label>
+        <span id="hs-sizeby" style="display:none"><label>Width <select id="hs-size"><option value="new">new</option><option value="base">base</option></select></label></span>
+        <input id="hs-search" type="search" placeholder="Search functions or files (regexp)" aria-label="search">
+        <button id="hs-reset" type="button">Reset zoom</button>
+        <label><input id="hs-icicle" type="checkbox"> icicle</label>
+        <span id="hs-status"></span>
+        </div>
+        <div id="hs-graph"><svg id="hs-svg" xmlns="http://www.w3.org/2000/svg" width="100%" height="0"></svg></div>
+        <div id="hs-tip"></div>
+        <p class="hs-help"><%= help %></p>
+        <table id="hs-top"></table>
+        <script type="application/json" id="hs-data"><%= json %></script>
+        <script><%= js %></script>
+        </body>
+        </html>
+      HTML
+
+      module_function
+
+      # Returns the page for data (a Hash, see above).
+      def render(data, title:, meta:, help:)
+        # "</" cannot appear inside a script element; JSON allows "<\/" as the same string.
+        json = JSON.generate(data).gsub("</", "<\\/")
+        esc = ->(s) { ERB::Util.html_escape(s) }
+        TEMPLATE.result_with_hash(title: esc[title], meta: esc[meta], help: esc[help], json: json, css: CSS, js: JS)
+      end
+    end
+  end
+end

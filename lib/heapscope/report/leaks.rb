@@ -1,0 +1,239 @@
+# frozen_string_literal: true
+
+require "time"
+require "heapscope/report/command"
+
+module Heapscope
+  module Report
+    # Leaks reads a series of heap profiles of one process (files, or a directory of periodic profiles)
+    # and ranks the sites whose live bytes keep growing.
+    #
+    #   heapscope leaks /var/tmp/heapscope/        # every *.pb.gz in it, ordered by profile time
+    #
+    # For each site (grouped as in top), over time:
+    #   rate    the least-squares slope of its live value, per minute, with its standard error (the larger
+    #           of the fit's and the one propagated from each point's sampling error).
+    #   steady  the share of intervals in which it grew: 1.0 for a leak, about one interval for a one-off
+    #           allocation (a cache warmed once), about half for churn.
+    #   age     its live bytes by gc_age label (GCs survived) in the newest profile. Old and growing is the
+    #           signature of a leak; young and growing is a backlog or churn.
+    # Sites that grew in at least STEADY of the intervals come first, by rate; the others follow by
+    # rate * steady. So a steady leak ranks above a bigger one-off step and above churn.
+    class Leaks < Command
+      USAGE = "usage: heapscope leaks FILE... | DIR [--sample TYPE] [--by line|function|class] [-n 20] [--json]"
+      PROFILE_FILE = /\.(pb\.gz|pb|pprof|prof)\z/.freeze
+      # Objects that survived this many GCs count as old (Ruby promotes objects to the old generation
+      # after 3).
+      OLD_AGE = 4
+      STEADY = 0.75
+
+      def defaults
+        { n: 20, by: "line", sample: "inuse_space" }
+      end
+
+      def options(parser, opts)
+        parser.on("--sample TYPE", "the live value to follow (default: inuse_space)") { |v| opts[:sample] = v }
+        by_flag(parser, opts)
+        limit_flag(parser, opts)
+        parser.on("--json", "print JSON for machines") { opts[:json] = true }
+      end
+
+      def check_args(args)
+        super(args, min: 1, max: nil, what: "profiles (FILE... or DIR)")
+      end
+
+      def run(out)
+        paths, note = self.class.expand(@args)
+        series = paths.map { |p| [p, Sites.load(p)] }
+        data = self.class.report(series, **@opts.slice(:sample, :by, :n))
+        data["note"] = note if note
+        out.puts(@opts[:json] ? JSON.pretty_generate(data) : self.class.text(data))
+        0
+      end
+
+      # The periodic writer's file names: APP-PID-YYYYMMDDTHHMMSS.mmmZ.heap.pb.gz (or -final.heap.pb.gz).
+      PERIODIC_NAME = /\A(?<process>.+-\d+)-\d{8}T\d{6}(\.\d+)?Z(-final)?\.heap\.pb\.gz\z/.freeze
+
+      # Turns the arguments into profile paths: a directory contributes its profile files, those of one
+      # process (the one with the newest profile) if the periodic writer's names show several. Returns
+      # [paths, note or nil].
+      def self.expand(args)
+        note = nil
+        paths = args.flat_map do |a|
+          if File.directory?(a)
+            found = Dir.children(a).reject { |f| f.start_with?(".") }.grep(PROFILE_FILE).sort
+            raise Error, "#{a}: no profiles (*.pb.gz, *.pb, *.pprof) in this directory" if found.empty?
+
+            found, note = one_process(a, found)
+            found.map { |f| File.join(a, f) }
+          elsif File.exist?(a)
+            [a]
+          else
+            raise Error, "#{a}: no such file"
+          end
+        end
+        raise Error, "need at least 2 profiles to see growth, got #{paths.size}" if paths.size < 2
+
+        [paths, note]
+      end
+
+      def self.one_process(dir, names)
+        groups = names.group_by { |f| f[PERIODIC_NAME, :process] }
+        return [names, nil] if groups.size < 2 || groups.key?(nil)
+
+        newest = groups.max_by { |_, files| files.map { |f| mtime(File.join(dir, f)) }.max }
+        [newest[1], "#{dir} holds profiles of #{groups.size} processes; using #{newest[0]}'s (the newest). " \
+                    "Pass files to choose another."]
+      end
+
+      # series: [[path, Profile]]. Returns the ranking as a Hash (what --json prints).
+      def self.report(series, sample: "inuse_space", by: "line", n: 20)
+        points = series.map do |path, prof|
+          ti = Sites.sample_index(prof, sample, path)
+          t = prof.time_nanos.to_i.positive? ? prof.time_nanos / 1e9 : mtime(path)
+          { path: path, prof: prof, ti: ti, time: t }
+        end
+        points.sort_by! { |p| [p[:time], p[:path]] }
+        if points.map { |p| p[:time] }.uniq.size < 2
+          raise Error, "the profiles all have the same time; cannot compute a growth rate"
+        end
+
+        name, unit = points.last[:prof].sample_types[points.last[:ti]]
+        times = points.map { |p| (p[:time] - points.first[:time]) / 60.0 } # minutes since the first
+        sites = {}
+        points.each_with_index do |p, k|
+          sampling = Sampling.new(p[:prof])
+          Sites.aggregate(p[:prof], by).each do |key, e|
+            s = sites[key] ||= { entry: e, values: Array.new(points.size, 0), errors: Array.new(points.size, 0.0) }
+            s[:values][k] = e.flat[p[:ti]]
+            s[:errors][k] = sampling.absolute_error(e.flat, p[:ti])
+          end
+        end
+        ages = age_distribution(points.last, by)
+
+        rows = sites.map do |key, s|
+          fit = fit(times, s[:values], s[:errors])
+          rises = s[:values].each_cons(2).count { |a, b| b > a }
+          steady = rises.to_f / (points.size - 1)
+          growth = s[:values].last - s[:values].first
+          next if fit[:rate] <= 0 || growth <= 0
+
+          age = ages[key] || {}
+          old = age.sum { |bucket, v| bucket >= OLD_AGE ? v : 0 }
+          age_total = age.values.sum
+          old_share = age_total.positive? ? old.to_f / age_total : nil
+          last_err = s[:errors].last
+          e = s[:entry]
+          {
+            "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
+            "rate_per_minute" => fit[:rate].round(3), "rate_error" => fit[:error]&.round(3),
+            "r_squared" => fit[:r2]&.round(4), "rises" => rises, "intervals" => points.size - 1,
+            "steady" => steady.round(4), "score" => (fit[:rate] * steady).round(3),
+            "first" => s[:values].first, "last" => s[:values].last, "growth" => growth,
+            "last_relative_error" => last_err && s[:values].last.positive? ? (last_err / s[:values].last).round(4) : nil,
+            "values" => s[:values],
+            "gc_age" => age.sort.to_h { |b, v| [b.to_s, v] }, "old_share" => old_share&.round(4),
+            "verdict" => verdict(steady, rises, old_share)
+          }
+        end.compact
+        # Steady growers first (by rate), then the rest by rate x steadiness: a big one-off step must not
+        # hide a slow leak.
+        rows.sort_by! { |r| [r["steady"] >= STEADY ? 0 : 1, r["steady"] >= STEADY ? -r["rate_per_minute"] : -r["score"], r["name"]] }
+        {
+          "profiles" => points.map { |p| { "file" => p[:path], "time" => Time.at(p[:time]).utc.iso8601 } },
+          "minutes" => times.last.round(3), "sample_type" => name, "unit" => unit, "by" => by,
+          "sampling" => Sampling.new(points.last[:prof]).describe, "old_age" => OLD_AGE,
+          "growing_total" => rows.size, "sites" => rows.first(n),
+        }
+      end
+
+      # {site key => {gc_age bucket => value}} of the newest profile (empty without gc_age labels).
+      def self.age_distribution(point, by)
+        prof = point[:prof]
+        out = Hash.new { |h, k| h[k] = Hash.new(0) }
+        by_age = prof.samples.group_by { |s| s.labels["gc_age"] }
+        by_age.each do |age, samples|
+          next unless age.is_a?(Integer)
+
+          part = Pprof::Profile.new(sample_types: prof.sample_types)
+          part.samples = samples
+          Sites.aggregate(part, by).each { |key, e| out[key][age] += e.flat[point[:ti]] }
+        end
+        out
+      end
+
+      # Least-squares line through (t, y): rate (per minute), its standard error and R².
+      def self.fit(t, y, errors)
+        n = t.size
+        tm = t.sum / n
+        ym = y.sum.to_f / n
+        sxx = t.sum { |x| (x - tm)**2 }
+        sxy = t.each_index.sum { |i| (t[i] - tm) * (y[i] - ym) }
+        rate = sxy / sxx
+        ss_res = t.each_index.sum { |i| (y[i] - ym - rate * (t[i] - tm))**2 }
+        ss_tot = y.sum { |v| (v - ym)**2 }
+        r2 = ss_tot.zero? ? nil : 1 - ss_res / ss_tot
+        fit_err = n > 2 ? Math.sqrt(ss_res / (n - 2) / sxx) : 0.0
+        # Each point's sampling error propagated through the slope's weights (t_i - tm) / sxx.
+        sampling_err = errors.all? ? Math.sqrt(t.each_index.sum { |i| ((t[i] - tm) / sxx * errors[i])**2 }) : nil
+        { rate: rate, error: sampling_err ? [fit_err, sampling_err].max : (n > 2 ? fit_err : nil), r2: r2 }
+      end
+
+      def self.verdict(steady, rises, old_share)
+        if steady >= STEADY
+          return "growing" if old_share.nil?
+
+          old_share >= 0.5 ? "likely leak" : "growing, young (backlog or churn?)"
+        elsif rises <= 1
+          "grew once"
+        else
+          "fluctuating (churn?)"
+        end
+      end
+
+      def self.mtime(path)
+        File.mtime(path).to_f
+      rescue SystemCallError
+        0.0
+      end
+
+      # Renders report's Hash as text.
+      def self.text(data)
+        unit = data["unit"]
+        first = data["profiles"].first
+        last = data["profiles"].last
+        lines = ["Profiles: #{data["profiles"].size} from #{first["time"]} to #{last["time"]} " \
+                 "(#{duration(data["minutes"])}); #{data["sample_type"]} by #{data["by"]}; #{data["sampling"]}"]
+        lines << "Note: #{data["note"]}" if data["note"]
+        if data["sites"].empty?
+          lines << "No site grew across the series."
+          return lines.join("\n")
+        end
+        lines << "Growing sites: #{data["growing_total"]}; steady growth first, by rate"
+        table = [["rate/min", "error", "steady", "live now", "error", "age (GCs: share)", "verdict", "site"]]
+        data["sites"].each do |r|
+          rate_err = r["rate_error"] && r["rate_per_minute"].positive? ? r["rate_error"] / r["rate_per_minute"] : nil
+          table << [Units.signed(r["rate_per_minute"].round, unit), Units.error(rate_err),
+                    "#{r["rises"]}/#{r["intervals"]}", Units.format(r["last"], unit), Units.error(r["last_relative_error"]),
+                    age_text(r["gc_age"]), r["verdict"], r["name"]]
+        end
+        lines.concat(Report.table(table))
+        lines << ""
+        lines << "steady: intervals in which the site grew. age: share of its live #{data["sample_type"]} by GCs " \
+                 "survived (old = #{data["old_age"]}+). error: sampling (and fit) error."
+        lines.join("\n")
+      end
+
+      def self.duration(minutes)
+        minutes < 1 ? format("%.1f s", minutes * 60) : format("%.1f min", minutes)
+      end
+
+      def self.age_text(ages)
+        total = ages.values.sum
+        return "-" if total <= 0
+
+        ages.map { |b, v| "#{b}:#{(100.0 * v / total).round}%" }.join(" ")
+      end
+    end
+  end
+end

@@ -1,0 +1,95 @@
+# frozen_string_literal: true
+
+require "heapscope/report/command"
+
+module Heapscope
+  module Report
+    # Top prints the sites holding (or allocating) the most, like `go tool pprof -top`, with human units
+    # and the sampling error of each estimate.
+    #
+    #   heapscope top heap.pb.gz -n 10 --by line
+    #         flat  flat%   sum%       cum   cum%   error  site
+    #     8.0 MiB  80.1%  80.1%   8.0 MiB  80.1%     ±2%  Cache#store app/cache.rb:12
+    class Top < Command
+      USAGE = "usage: heapscope top FILE [-n 20] [--sample TYPE] [--by line|function|class] [--cum] [--json]"
+
+      def defaults
+        { n: 20, by: "line" }
+      end
+
+      def options(parser, opts)
+        limit_flag(parser, opts)
+        sample_flag(parser, opts)
+        by_flag(parser, opts)
+        parser.on("--cum", "sort by cumulative value (default: flat)") { opts[:cum] = true }
+        parser.on("--json", "print JSON for machines") { opts[:json] = true }
+      end
+
+      def run(out)
+        path = @args.first
+        data = self.class.report(Sites.load(path), path: path, **@opts.slice(:sample, :by, :cum, :n))
+        if @opts[:json]
+          out.puts JSON.pretty_generate(data)
+        else
+          out.puts self.class.text(data)
+        end
+        0
+      end
+
+      # Computes the table as a Hash (what --json prints): entries sorted by flat (or cum), largest first.
+      def self.report(prof, path: "profile", sample: nil, by: "line", cum: false, n: 20)
+        ti = Sites.sample_index(prof, sample, path)
+        name, unit = prof.sample_types[ti]
+        sampling = Sampling.new(prof)
+        entries = Sites.aggregate(prof, by).values
+        total = prof.samples.sum { |s| s.values[ti] }
+        sort = cum ? :cum : :flat
+        entries.sort_by! { |e| [-e.send(sort)[ti], e.name] }
+        sum = 0
+        rows = entries.first(n).map do |e|
+          sum += e.flat[ti]
+          objects_i = prof.sample_index(name.sub(/_space\z/, "_objects"))
+          {
+            "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
+            "flat" => e.flat[ti], "flat_percent" => pct(e.flat[ti], total), "sum_percent" => pct(sum, total),
+            "cum" => e.cum[ti], "cum_percent" => pct(e.cum[ti], total),
+            "objects" => objects_i && e.send(sort)[objects_i],
+            "samples" => sampling.samples(e.send(sort), ti)&.round(1),
+            "relative_error" => sampling.relative_error(e.send(sort), ti)&.round(4),
+          }
+        end
+        {
+          "file" => path, "sample_type" => name, "unit" => unit, "by" => by, "sort" => sort.to_s,
+          "total" => total, "sampling" => sampling.describe, "sample_every" => sampling.sample_every,
+          "entries_total" => entries.size, "entries" => rows,
+        }
+      end
+
+      # Renders report's Hash as the text table.
+      def self.text(data)
+        unit = data["unit"]
+        lines = []
+        lines << "File: #{data["file"]}"
+        lines << "Type: #{data["sample_type"]}, by #{data["by"]}, sorted by #{data["sort"]}; #{data["sampling"]}"
+        lines << "Total: #{Units.format(data["total"], unit)}; showing #{data["entries"].size} of " \
+                 "#{data["entries_total"]} sites (error: sampling error of the #{data["sort"]} value)"
+        rows = [%w[flat flat% sum% cum cum% error site]]
+        data["entries"].each do |e|
+          rows << [Units.format(e["flat"], unit), fmt_pct(e["flat_percent"]), fmt_pct(e["sum_percent"]),
+                   Units.format(e["cum"], unit), fmt_pct(e["cum_percent"]), e[data["sort"]].zero? ? "-" : Units.error(e["relative_error"]), e["name"]]
+        end
+        lines.concat(Report.table(rows))
+        lines << "(no samples)" if data["entries"].empty?
+        lines.join("\n")
+      end
+
+      def self.pct(part, total)
+        total.zero? ? nil : (100.0 * part / total).round(2)
+      end
+
+      def self.fmt_pct(v)
+        v.nil? ? "-" : format("%.1f%%", v)
+      end
+    end
+  end
+end

@@ -1,0 +1,434 @@
+# frozen_string_literal: true
+
+# The flame graph page opened in a real browser: headless Chromium driven through the Chrome DevTools
+# protocol (a small websocket client over TCPSocket below, stdlib only). Checks: a non-empty screenshot, no
+# console errors, the leaking function and its share in the DOM, hover, search, zoom, the sample type
+# switch, a Go profile drawn, and a 50k-sample profile that still renders quickly.
+# Chromium is required: if it is missing and cannot be installed, these tests fail (they never skip).
+
+require_relative "test_report_helper"
+require "socket"
+require "json"
+require "uri"
+require "base64"
+require "zlib"
+require "timeout"
+require "stringio"
+require "heapscope/report/cli"
+
+# CDP is a minimal Chrome DevTools protocol client: one websocket to the browser, flat sessions per page.
+class CDP
+  attr_reader :events
+
+  def initialize(ws_url)
+    uri = URI(ws_url)
+    @sock = TCPSocket.new(uri.host, uri.port)
+    key = [Random.bytes(16)].pack("m0")
+    @sock.write("GET #{uri.path} HTTP/1.1\r\nHost: #{uri.host}:#{uri.port}\r\nUpgrade: websocket\r\n" \
+                "Connection: Upgrade\r\nSec-WebSocket-Key: #{key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    status = @sock.gets
+    raise "websocket handshake failed: #{status.inspect}" unless status&.include?(" 101 ")
+
+    loop { break if @sock.gets == "\r\n" }
+    @next_id = 0
+    @events = []
+  end
+
+  # Sends a command and waits for its result (raising on a protocol error); events seen meanwhile are kept.
+  def call(method, params = {}, session: nil, timeout: 20)
+    id = (@next_id += 1)
+    msg = { id: id, method: method, params: params }
+    msg[:sessionId] = session if session
+    send_text(JSON.generate(msg))
+    deadline = now + timeout
+    loop do
+      m = JSON.parse(read_message(deadline))
+      if m["id"] == id
+        raise "#{method} failed: #{m["error"].inspect}" if m["error"]
+
+        return m["result"]
+      end
+      @events << m
+    end
+  end
+
+  # Waits for an event by name (already received or still to come).
+  def wait_event(name, timeout: 20)
+    deadline = now + timeout
+    loop do
+      i = @events.index { |e| e["method"] == name }
+      return @events.delete_at(i) if i
+
+      @events << JSON.parse(read_message(deadline))
+    end
+  end
+
+  def close
+    @sock.close
+  rescue IOError
+    nil
+  end
+
+  private
+
+  def now
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+
+  # Client frames are masked (RFC 6455 5.3).
+  def send_text(text)
+    data = text.b
+    mask = Random.bytes(4)
+    len = data.bytesize
+    head = if len < 126 then [0x81, 0x80 | len].pack("CC")
+           elsif len < 65_536 then [0x81, 0x80 | 126, len].pack("CCn")
+           else [0x81, 0x80 | 127, len].pack("CCQ>")
+           end
+    masked = data.bytes.each_with_index.map { |b, i| b ^ mask.getbyte(i & 3) }.pack("C*")
+    @sock.write(head + mask + masked)
+  end
+
+  # Reads one whole message (joining fragments), answering pings.
+  def read_message(deadline)
+    payload = +"".b
+    loop do
+      b0, b1 = read_exact(2, deadline).unpack("CC")
+      len = b1 & 0x7f
+      if len == 126
+        len = read_exact(2, deadline).unpack1("n")
+      elsif len == 127
+        len = read_exact(8, deadline).unpack1("Q>")
+      end
+      mask = (b1 & 0x80).zero? ? nil : read_exact(4, deadline)
+      data = read_exact(len, deadline)
+      data = data.bytes.each_with_index.map { |b, i| b ^ mask.getbyte(i & 3) }.pack("C*") if mask
+      case b0 & 0x0f
+      when 0x8 then raise "the browser closed the websocket"
+      when 0x9 then next # ping: Chromium does not send them to clients; ignore if it does
+      when 0xa then next
+      end
+      payload << data
+      return payload.force_encoding(Encoding::UTF_8) if (b0 & 0x80).positive?
+    end
+  end
+
+  def read_exact(n, deadline)
+    buf = +"".b
+    while buf.bytesize < n
+      left = deadline - now
+      raise "timed out waiting for the browser" if left <= 0 || !IO.select([@sock], nil, nil, left)
+
+      chunk = @sock.read_nonblock(n - buf.bytesize, exception: false)
+      raise "the browser closed the connection" if chunk.nil?
+
+      buf << chunk unless chunk == :wait_readable
+    end
+    buf
+  end
+end
+
+class TestReportFlamegraph < Minitest::Test
+  include ReportHelper
+  Pprof = Heapscope::Pprof
+  CHROMIUM_FLAGS = %w[--headless --no-sandbox --disable-gpu --disable-background-networking
+                      --disable-component-update --disable-sync --no-first-run --mute-audio
+                      --remote-debugging-port=0 --window-size=1200,800].freeze
+  LEAK = "LeakyCache#store"
+
+  # Finds chromium, installing Debian's package when missing and root (as bin/setup would).
+  def self.chromium
+    @chromium ||= begin
+      find = -> { %w[chromium chromium-browser].map { |c| `command -v #{c} 2>/dev/null`.strip }.find { |p| !p.empty? } }
+      path = find.call
+      if path.nil? && Process.uid.zero?
+        system({ "DEBIAN_FRONTEND" => "noninteractive" }, "apt-get install -y -qq chromium",
+               out: File::NULL, err: File::NULL)
+        path = find.call
+      end
+      path
+    end
+  end
+
+  def setup
+    @dir = Dir.mktmpdir("heapscope-flame")
+    path = self.class.chromium
+    flunk "chromium is required for the flame graph test: apt-get install chromium (bin/setup: HEAPSCOPE_EXTRA_PKGS=chromium:chromium)" unless path
+    start_browser(path)
+  end
+
+  def teardown
+    stop_browser
+    FileUtils.rm_rf(@dir)
+  end
+
+  # 80% of the live bytes are held by LeakyCache#store, reached from two different callers.
+  def leak_profile
+    heapscope_profile([
+                        [[[LEAK, "app/leaky.rb", 12], ["Worker#run", "app/worker.rb", 30], ["main", "app/main.rb", 3]],
+                         [600, 6_000_000, 600, 6_000_000], { "class" => "String", "gc_age" => 8 }],
+                        [[[LEAK, "app/leaky.rb", 12], ["Batch#run", "app/batch.rb", 8], ["main", "app/main.rb", 4]],
+                         [200, 2_000_000, 200, 2_000_000], { "class" => "String", "gc_age" => 4 }],
+                        [[["Parser#token", "app/parser.rb", 40], ["Worker#run", "app/worker.rb", 31], ["main", "app/main.rb", 3]],
+                         [90_000, 9_000_000, 100, 1_000_000], { "class" => "Array", "gc_age" => 0 }],
+                        [[["Config#load", "app/config.rb", 2], ["main", "app/main.rb", 1]],
+                         [100, 1_000_000, 100, 1_000_000], { "class" => "Hash", "gc_age" => 16 }],
+                      ], sample_every: 100)
+  end
+
+  def test_flamegraph_in_chromium
+    profile = File.join(@dir, "heap.pb.gz")
+    File.binwrite(profile, leak_profile.to_pprof)
+    html = File.join(@dir, "heap.html")
+    out = StringIO.new
+    assert_equal 0, Heapscope::Report::CLI.run("flamegraph", [profile, "-o", html], out: out, err: $stderr)
+    assert_match(/wrote #{Regexp.escape(html)}/, out.string)
+    page = File.read(html)
+    refute_match(%r{(src|href)=["']?https?://}, page, "the page must not load anything from the network")
+
+    open_page(html)
+    # The table under the graph: the leaking function with its share (8 MB of 10 MB live).
+    top = eval_js("document.getElementById('hs-top').innerText")
+    row = top.lines.find { |l| l.include?(LEAK) }
+    assert row, "no #{LEAK} row in:\n#{top}"
+    assert_includes row, "80.0%"
+    assert_includes eval_js("document.getElementById('hs-status').textContent"), "inuse_space: total 9.5 MiB"
+
+    # Hover: the tooltip names the function, its file:line and its share.
+    box = rect_of(LEAK)
+    mouse("mouseMoved", box)
+    tip = eval_js("(function(){var t=document.getElementById('hs-tip');return t.style.display+'|'+t.textContent})()")
+    assert tip.start_with?("block|"), tip
+    assert_includes tip, LEAK
+    assert_includes tip, "app/leaky.rb:12"
+    assert_match(/inuse_space: 5\.7 MiB \(60\.0% of total\)/, tip)
+    assert_includes tip, "inuse_objects: 600"
+
+    # Search: typing highlights the matches and reports their share.
+    eval_js("document.getElementById('hs-search').focus()")
+    @cdp.call("Input.insertText", { text: "LeakyCache" }, session: @session)
+    status = eval_js("document.getElementById('hs-status').textContent")
+    assert_includes status, "matched 7.6 MiB (80.0% of total)"
+    lit = eval_js("Array.from(document.querySelectorAll('#hs-svg g:not(.hs-dim)')).map(g => g.getAttribute('data-name')).join(',')")
+    assert_equal [LEAK, LEAK], lit.split(",")
+    assert_operator eval_js("document.querySelectorAll('#hs-svg g.hs-dim').length"), :>=, 5
+
+    # Screenshot: something was drawn (many colours in the graph area, not a blank page).
+    shot = @cdp.call("Page.captureScreenshot", { format: "png" }, session: @session)["data"]
+    png = Base64.decode64(shot)
+    File.binwrite(File.join(@dir, "flame.png"), png)
+    assert_operator png.bytesize, :>, 5000
+    graph = eval_js("(function(){var r=document.getElementById('hs-svg').getBoundingClientRect();return [r.x,r.y,r.width,r.height]})()")
+    clip = { x: graph[0], y: graph[1], width: [graph[2], 600].min, height: graph[3], scale: 1 }
+    part = Base64.decode64(@cdp.call("Page.captureScreenshot", { format: "png", clip: clip }, session: @session)["data"])
+    assert_operator png_colors(part), :>=, 6, "the flame graph area looks empty"
+
+    # Escape clears the search; clicking a frame zooms on it.
+    key("Escape")
+    assert_equal 0, eval_js("document.querySelectorAll('#hs-svg g.hs-dim').length")
+    worker = rect_of("Worker#run")
+    mouse("mousePressed", worker, click: 1)
+    mouse("mouseReleased", worker, click: 1)
+    assert_includes eval_js("document.getElementById('hs-status').textContent"), "zoomed on Worker#run"
+    assert_in_delta eval_js("document.getElementById('hs-svg').getBoundingClientRect().width"), rect_of("Worker#run")[2], 2
+
+    # Switching the sample type redraws with the other values: Parser#token leads alloc_space.
+    eval_js("(function(){var s=document.getElementById('hs-type');s.value='1';s.dispatchEvent(new Event('change'))})()")
+    first = eval_js("document.querySelector('#hs-top tr:nth-child(2) td.n').textContent")
+    assert_includes first, "Parser#token"
+
+    assert_no_console_errors
+  end
+
+  def test_go_profile_and_diff_page_render
+    go = go_heap_profile(@dir)
+    html = File.join(@dir, "go.html")
+    assert_equal 0, Heapscope::Report::CLI.run("flamegraph", [go, "-o", html], out: StringIO.new, err: $stderr)
+    open_page(html)
+    row = eval_js("document.getElementById('hs-top').innerText").lines.find { |l| l.include?("main.leakyAlloc") }
+    assert row, "main.leakyAlloc is missing from the Go profile's page"
+    assert_operator row[/([\d.]+)%/, 1].to_f, :>, 95
+    assert_operator eval_js("document.querySelectorAll('#hs-svg g').length"), :>=, 4
+
+    # The diff page: growth in red, its table led by the grown site.
+    base = File.join(@dir, "base.pb.gz")
+    File.binwrite(base, heapscope_profile([[[["LeakyCache#store", "app/leaky.rb", 12]], [1, 10, 1, 1000]],
+                                            [[["Shrinker#go", "app/s.rb", 1]], [1, 10, 1, 5000]]]).to_pprof)
+    newer = File.join(@dir, "new.pb.gz")
+    File.binwrite(newer, heapscope_profile([[[["LeakyCache#store", "app/leaky.rb", 12]], [1, 10, 1, 9000]],
+                                             [[["Shrinker#go", "app/s.rb", 1]], [1, 10, 1, 1000]]]).to_pprof)
+    diff_html = File.join(@dir, "diff.html")
+    assert_equal 0, Heapscope::Report::CLI.run("diff", [base, newer, "--html", "-o", diff_html], out: StringIO.new, err: $stderr)
+    open_page(diff_html)
+    first = eval_js("document.querySelector('#hs-top tr:nth-child(2)').innerText")
+    assert_includes first, "LeakyCache#store"
+    assert_includes first, "+7.8 KiB"
+    fill = eval_js("document.querySelector('#hs-svg g[data-name=\"LeakyCache#store\"] rect').getAttribute('fill')")
+    r, g, b = fill.scan(/\d+/).map(&:to_i)
+    assert r == 255 && g < 100 && b < 100, "grown frame should be deep red, is #{fill}"
+    fill = eval_js("document.querySelector('#hs-svg g[data-name=\"Shrinker#go\"] rect').getAttribute('fill')")
+    r, _g, b = fill.scan(/\d+/).map(&:to_i)
+    assert b == 255 && r < 235, "shrunk frame should be blue, is #{fill}"
+    assert_no_console_errors
+  end
+
+  # 50k samples with distinct stacks: the generator aggregates, the page draws in well under a second.
+  def test_large_profile_stays_responsive
+    prof = Pprof::Profile.new(sample_types: HEAPSCOPE_TYPES, comments: ["sample_every=1"])
+    rng = Random.new(42)
+    50_000.times do |i|
+      frames = [["leaf#{i % 5000}", "gen.rb", i % 97 + 1], ["mid#{i % 300}", "gen.rb", 200 + i % 7],
+                ["svc#{i % 20}", "svc.rb", 10], ["main", "main.rb", 1]]
+      v = rng.rand(1..1000)
+      prof.add_sample(frames: frames, values: [1, v, 1, v], labels: { "class" => "String", "gc_age" => i % 3 })
+    end
+    path = File.join(@dir, "big.pb.gz")
+    File.binwrite(path, prof.to_pprof)
+    html = File.join(@dir, "big.html")
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    assert_equal 0, Heapscope::Report::CLI.run("flamegraph", [path, "-o", html], out: StringIO.new, err: $stderr)
+    gen = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+    assert_operator gen, :<, 20, "generating the page took #{gen.round(1)} s"
+    assert_operator File.size(html), :<, 8 * 1024 * 1024
+    open_page(html)
+    ms = eval_js(<<~JS)
+      (function(){var s=document.getElementById('hs-type'), t=performance.now();
+        s.value='1'; s.dispatchEvent(new Event('change')); s.value='3'; s.dispatchEvent(new Event('change'));
+        return (performance.now()-t)/2;})()
+    JS
+    assert_operator ms, :<, 1000, "a redraw took #{ms.round} ms"
+    assert_operator eval_js("document.querySelectorAll('#hs-svg g').length"), :>, 20
+    assert_no_console_errors
+  end
+
+  private
+
+  def start_browser(path)
+    @profile_dir = Dir.mktmpdir("heapscope-chromium")
+    @log = File.join(@dir, "chromium.log")
+    @pid = Process.spawn(path, *CHROMIUM_FLAGS, "--user-data-dir=#{@profile_dir}", "about:blank",
+                         out: File::NULL, err: @log, pgroup: true)
+    url = nil
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+    until url
+      flunk "chromium did not start:\n#{File.read(@log)}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      sleep 0.1
+      url = File.read(@log)[%r{DevTools listening on (ws://\S+)}, 1] if File.exist?(@log)
+    end
+    @cdp = CDP.new(url)
+    target = @cdp.call("Target.createTarget", { url: "about:blank" })["targetId"]
+    @session = @cdp.call("Target.attachToTarget", { targetId: target, flatten: true })["sessionId"]
+    %w[Page.enable Runtime.enable Log.enable].each { |m| @cdp.call(m, {}, session: @session) }
+    @cdp.call("Emulation.setDeviceMetricsOverride", { width: 1200, height: 800, deviceScaleFactor: 1, mobile: false },
+              session: @session)
+  end
+
+  def stop_browser
+    @cdp&.call("Browser.close", {}, timeout: 5)
+  rescue StandardError
+    nil
+  ensure
+    @cdp&.close
+    if @pid
+      begin
+        Timeout.timeout(5) { Process.wait(@pid) }
+      rescue Timeout::Error
+        Process.kill("KILL", -@pid) # the process group we created for it
+        Process.wait(@pid)
+      rescue Errno::ECHILD
+        nil
+      end
+    end
+    FileUtils.rm_rf(@profile_dir) if @profile_dir
+  end
+
+  def open_page(path)
+    @cdp.events.clear
+    @cdp.call("Page.navigate", { url: "file://#{path}" }, session: @session)
+    @cdp.wait_event("Page.loadEventFired")
+  end
+
+  def eval_js(expr)
+    r = @cdp.call("Runtime.evaluate", { expression: expr, returnByValue: true }, session: @session)
+    raise "JS failed: #{r["exceptionDetails"].inspect}" if r["exceptionDetails"]
+
+    r["result"]["value"]
+  end
+
+  # [x, y, width, height] of the first drawn frame of a function.
+  def rect_of(name)
+    r = eval_js("(function(){var g=document.querySelector('#hs-svg g[data-name=\"#{name}\"]');if(!g)return null;" \
+                "var r=g.querySelector('rect').getBoundingClientRect();return [r.x,r.y,r.width,r.height]})()")
+    assert r, "#{name} is not drawn"
+    r
+  end
+
+  def mouse(type, box, click: 0)
+    params = { type: type, x: box[0] + box[2] / 2, y: box[1] + box[3] / 2 }
+    params.merge!(button: "left", clickCount: click) if click.positive?
+    @cdp.call("Input.dispatchMouseEvent", params, session: @session)
+  end
+
+  def key(name)
+    %w[keyDown keyUp].each do |t|
+      @cdp.call("Input.dispatchKeyEvent", { type: t, key: name, code: name, windowsVirtualKeyCode: 27 }, session: @session)
+    end
+  end
+
+  def assert_no_console_errors
+    errors = @cdp.events.select do |e|
+      e["method"] == "Runtime.exceptionThrown" ||
+        (e["method"] == "Runtime.consoleAPICalled" && %w[error assert].include?(e.dig("params", "type"))) ||
+        (e["method"] == "Log.entryAdded" && e.dig("params", "entry", "level") == "error")
+    end
+    assert_empty errors, "console errors: #{errors.map { |e| e["params"].inspect[0, 300] }.join("\n")}"
+  end
+
+  # Number of distinct RGB colours in a PNG (8-bit RGB or RGBA, non-interlaced, as Chromium writes).
+  def png_colors(png)
+    raise "not a PNG" unless png.start_with?("\x89PNG".b)
+
+    pos = 8
+    idat = +"".b
+    width = height = bpp = nil
+    while pos < png.bytesize
+      len, type = png.byteslice(pos, 8).unpack("Na4")
+      data = png.byteslice(pos + 8, len)
+      if type == "IHDR"
+        width, height, depth, ctype = data.unpack("NNCC")
+        raise "unexpected PNG format #{depth}/#{ctype}" unless depth == 8 && [2, 6].include?(ctype)
+
+        bpp = ctype == 6 ? 4 : 3
+      end
+      idat << data if type == "IDAT"
+      pos += 12 + len
+    end
+    raw = Zlib::Inflate.inflate(idat).bytes
+    stride = width * bpp
+    prev = Array.new(stride, 0)
+    colors = {}
+    height.times do |y|
+      filter = raw[y * (stride + 1)]
+      line = raw[y * (stride + 1) + 1, stride]
+      line.each_index do |i|
+        a = i >= bpp ? line[i - bpp] : 0
+        b = prev[i]
+        c = i >= bpp ? prev[i - bpp] : 0
+        line[i] = (line[i] + case filter
+                             when 0 then 0
+                             when 1 then a
+                             when 2 then b
+                             when 3 then (a + b) / 2
+                             when 4
+                               p = a + b - c
+                               pa = (p - a).abs
+                               pb = (p - b).abs
+                               pc = (p - c).abs
+                               pa <= pb && pa <= pc ? a : (pb <= pc ? b : c)
+                             end) & 0xff
+      end
+      (0...width).step(2) { |x| colors[line[x * bpp, 3]] = true }
+      prev = line
+    end
+    colors.size
+  end
+end
