@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "budget.h"
 #include "sampler.h"
@@ -153,8 +154,8 @@ static const rb_data_type_t holder_type = {
 
 static void reseed_after_fork(void) {
   // The child keeps its records (those objects are alive in it too) but must not draw the same
-  // sample positions as its parent.
-  sampler_init(&cap.sampler, cap.sampler.sample_every, sampler_seed_from_os());
+  // sample positions as its parent. No I/O here: only async-signal-safe calls are allowed after fork.
+  sampler_init(&cap.sampler, cap.sampler.sample_every, sampler_random(&cap.sampler) ^ ((uint64_t)getpid() << 17) ^ now_nanos());
 }
 
 void capture_init(void) {
