@@ -100,9 +100,12 @@ module Heapscope
       path
     end
 
-    # Counters of the recorder (a Hash with Symbol keys; see docs/configuration.md#stats).
+    # Counters of the recorder (a Hash with Symbol keys; see docs/configuration.md#stats), and, when
+    # the no-code-change surfaces run (heapscope/auto), theirs under :surfaces.
     def stats
-      Native._stats
+      stats = Native._stats
+      stats[:surfaces] = Auto.stats if defined?(Auto) && Auto.config
+      stats
     end
 
     # Forgets the allocation counts (alloc_* values restart from zero); live objects stay tracked.

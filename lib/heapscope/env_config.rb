@@ -1,0 +1,260 @@
+# frozen_string_literal: true
+
+module Heapscope
+  # EnvConfig turns HEAPSCOPE_* environment variables into the settings of every no-code surface
+  # (autostart, periodic files, the standalone listener, the Pyroscope pusher).
+  #
+  #   config, errors = Heapscope::EnvConfig.parse(ENV)
+  #
+  # Parsing never raises: every bad variable becomes one line in errors that names the variable
+  # and its value, so lib/heapscope/auto.rb can print them and let the application run unprofiled.
+  # docs/surfaces.md documents each variable; keep VARIABLES and that page in step.
+  module EnvConfig
+    INT_MAX = 2**31 - 1
+
+    # Every variable read, with a one-line description (used by `heapscope --help` and the docs test).
+    VARIABLES = {
+      "HEAPSCOPE_ENABLED" => "0 turns autostart off without removing -rheapscope/auto (default 1)",
+      "HEAPSCOPE_SAMPLE_EVERY" => "sample one allocation in N on average (default 1000)",
+      "HEAPSCOPE_MAX_FRAMES" => "deepest stack kept per sample, 1..3000 (default 400)",
+      "HEAPSCOPE_MIN_AGE" => "leave out objects that survived fewer GCs than this (default 1)",
+      "HEAPSCOPE_MAX_TRACKED_OBJECTS" => "cap on tracked objects, drops are counted (default 1000000)",
+      "HEAPSCOPE_MAX_STACKS" => "cap on unique stacks, drops are counted (default 100000)",
+      "HEAPSCOPE_MAX_OVERHEAD" => "fraction of run time the sampler may cost, above 0 and at most 1, or off (default 0.01)",
+      "HEAPSCOPE_TRACK_SIZES" => "1 measures object sizes (inuse_space), 0 counts objects only (default 1)",
+      "HEAPSCOPE_DIR" => "write profiles to this directory every HEAPSCOPE_INTERVAL and a final one at exit",
+      "HEAPSCOPE_INTERVAL" => "seconds between periodic files and Pyroscope pushes, 0.1..86400 (default 60)",
+      "HEAPSCOPE_KEEP" => "keep the newest K profile files of the app in HEAPSCOPE_DIR (default 48)",
+      "HEAPSCOPE_FINAL" => "0 skips the final profile at exit (default 1 when HEAPSCOPE_DIR is set)",
+      "HEAPSCOPE_APP_NAME" => "name used in file names and Pyroscope series (default: the script's name)",
+      "HEAPSCOPE_HTTP" => "serve /debug/pprof/ on HOST:PORT (a bare PORT means 127.0.0.1:PORT)",
+      "HEAPSCOPE_HTTP_TOKEN" => "require Authorization: Bearer TOKEN; mandatory for a non-loopback HEAPSCOPE_HTTP",
+      "HEAPSCOPE_HTTP_FORK" => "listener in forked children: offset (first free port above), same, or off (default offset)",
+      "HEAPSCOPE_PYROSCOPE_URL" => "push a heap profile every HEAPSCOPE_INTERVAL to this Pyroscope server",
+      "HEAPSCOPE_PYROSCOPE_LABELS" => "extra series labels for Pyroscope, k=v,k2=v2",
+      "HEAPSCOPE_PYROSCOPE_TOKEN" => "sent as Authorization: Bearer TOKEN to Pyroscope (or put user:pass@ in the URL)",
+    }.freeze
+
+    FORK_MODES = %w[offset same off].freeze
+    LABEL_KEY = /\A[A-Za-z_][A-Za-z0-9_.]*\z/.freeze
+
+    class << self
+      # Returns [config Hash, Array of error lines]. config has :start (options for Heapscope.start),
+      # :enabled, :app_name, :dir, :interval, :keep, :final, :http (Hash or nil), :pyroscope (Hash or nil).
+      def parse(env = ENV)
+        config, parser = parse_with_problems(env)
+        [config, parser.errors]
+      end
+
+      # Like parse, but returns the Parser, whose problems list [variable, value, reason].
+      def parse_with_problems(env)
+        p = Parser.new(env)
+        config = {
+          enabled: p.boolean("HEAPSCOPE_ENABLED", true),
+          start: {},
+          app_name: p.app_name,
+          dir: p.string("HEAPSCOPE_DIR"),
+          interval: p.number("HEAPSCOPE_INTERVAL", 60.0, 0.1, 86_400),
+          keep: p.integer("HEAPSCOPE_KEEP", 48, 1, 1_000_000),
+          final: p.boolean("HEAPSCOPE_FINAL", true),
+          http: p.http,
+          pyroscope: p.pyroscope,
+        }
+        {
+          sample_every: ["HEAPSCOPE_SAMPLE_EVERY", 1, INT_MAX],
+          max_frames: ["HEAPSCOPE_MAX_FRAMES", 1, 3000],
+          min_age: ["HEAPSCOPE_MIN_AGE", 0, INT_MAX],
+          max_tracked_objects: ["HEAPSCOPE_MAX_TRACKED_OBJECTS", 1, INT_MAX],
+          max_stacks: ["HEAPSCOPE_MAX_STACKS", 1, INT_MAX],
+        }.each do |key, (name, min, max)|
+          value = p.integer(name, nil, min, max)
+          config[:start][key] = value unless value.nil?
+        end
+        overhead = p.fraction("HEAPSCOPE_MAX_OVERHEAD")
+        config[:start][:max_overhead] = overhead unless overhead == :unset
+        sizes = p.boolean("HEAPSCOPE_TRACK_SIZES", nil)
+        config[:start][:track_sizes] = sizes unless sizes.nil?
+        [config, p]
+      end
+
+      # Splits "HOST:PORT", "[V6]:PORT", ":PORT" or "PORT" into [host, port]; the host defaults to
+      # 127.0.0.1. Raises ArgumentError with the reason.
+      def parse_host_port(text)
+        text = text.strip
+        host, port =
+          case text
+          when /\A(\d+)\z/ then ["127.0.0.1", Regexp.last_match(1)]
+          when /\A:(\d+)\z/ then ["127.0.0.1", Regexp.last_match(1)]
+          when /\A\[([0-9A-Fa-f:.]+)\]:(\d+)\z/ then [Regexp.last_match(1), Regexp.last_match(2)]
+          when /\A([A-Za-z0-9.\-]+):(\d+)\z/ then [Regexp.last_match(1), Regexp.last_match(2)]
+          else raise ArgumentError, "must be HOST:PORT, [IPV6]:PORT or PORT"
+          end
+        port = Integer(port, 10)
+        raise ArgumentError, "port must be from 0 to 65535" unless port.between?(0, 65_535)
+
+        [host, port]
+      end
+
+      # Parses "k=v,k2=v2" into a Hash; raises ArgumentError with the reason.
+      def parse_labels(text)
+        text.split(",").map(&:strip).reject(&:empty?).to_h do |pair|
+          key, value = pair.split("=", 2)
+          raise ArgumentError, "#{pair.inspect} is not key=value" if value.nil? || value.empty?
+          raise ArgumentError, "label name #{key.inspect} must start with a letter or _ and hold only letters, digits, _ and ." unless key.match?(LABEL_KEY)
+          raise ArgumentError, "label value #{value.inspect} must not contain {}=, or quotes" if value.match?(/[{}=,"']/)
+
+          [key, value]
+        end
+      end
+    end
+
+    # Parser reads one variable at a time and collects an error line for each bad one.
+    class Parser
+      # problems: [variable, value, reason] for each bad variable (the CLI words them as flags).
+      attr_reader :problems
+
+      def initialize(env)
+        @env = env
+        @problems = []
+      end
+
+      # One line per bad variable, in the order of VARIABLES.
+      def errors
+        order = VARIABLES.keys
+        @problems.sort_by { |name, _, _| order.index(name) || order.size }.map { |name, value, reason| "heapscope: #{name}=#{value.inspect} is invalid: #{reason}" }
+      end
+
+      def bad(name, reason)
+        @problems << [name, @env[name], reason]
+        nil
+      end
+
+      # The value, stripped; nil when unset or empty (an empty variable counts as unset).
+      def string(name)
+        value = @env[name]
+        return nil if value.nil?
+
+        value = value.strip
+        value.empty? ? nil : value
+      end
+
+      def integer(name, default, min, max)
+        text = string(name)
+        return default if text.nil?
+        return bad(name, "must be an integer from #{min} to #{max}") unless text.match?(/\A[+]?\d+\z/)
+
+        value = Integer(text.delete_prefix("+"), 10)
+        return bad(name, "must be an integer from #{min} to #{max}") unless value.between?(min, max)
+
+        value
+      end
+
+      def number(name, default, min, max)
+        text = string(name)
+        return default if text.nil?
+        return bad(name, "must be a number of seconds from #{min} to #{max}") unless text.match?(/\A\d+(\.\d+)?\z/)
+
+        value = Float(text)
+        return bad(name, "must be a number of seconds from #{min} to #{max}") unless value.between?(min, max)
+
+        value
+      end
+
+      # A fraction in (0, 1], or nil for "off"; :unset when the variable is not set.
+      def fraction(name)
+        text = string(name)
+        return :unset if text.nil?
+        return nil if %w[off none].include?(text.downcase)
+
+        value = Float(text) if text.match?(/\A\d*\.?\d+\z/)
+        return bad(name, "must be a number above 0 and at most 1, or off") unless value&.positive? && value <= 1
+
+        value
+      end
+
+      def boolean(name, default)
+        text = string(name)
+        return default if text.nil?
+
+        case text.downcase
+        when "1", "true", "yes", "on" then true
+        when "0", "false", "no", "off" then false
+        else bad(name, "must be 1 or 0 (true/false, yes/no, on/off)")
+        end
+      end
+
+      def app_name
+        name = string("HEAPSCOPE_APP_NAME")
+        if name
+          return name if name.match?(/\A[A-Za-z0-9_.\-]{1,100}\z/)
+
+          return bad("HEAPSCOPE_APP_NAME", "use 1 to 100 of A-Z a-z 0-9 _ . -")
+        end
+        # The script's name, made safe for file names; "-e" or ".hidden" would look like a flag or
+        # hide the file, so a name must start with a letter, digit or _.
+        return "ruby" if %w[-e - irb].include?($PROGRAM_NAME.to_s)
+
+        base = File.basename($PROGRAM_NAME.to_s, ".rb").gsub(/[^A-Za-z0-9_.\-]/, "_").sub(/\A[.\-]+/, "")[0, 100]
+        base.empty? ? "ruby" : base
+      end
+
+      def http
+        text = string("HEAPSCOPE_HTTP")
+        token = string("HEAPSCOPE_HTTP_TOKEN")
+        mode = string("HEAPSCOPE_HTTP_FORK") || "offset"
+        unless FORK_MODES.include?(mode)
+          bad("HEAPSCOPE_HTTP_FORK", "must be one of #{FORK_MODES.join(", ")}")
+          mode = "offset"
+        end
+        return nil if text.nil?
+
+        begin
+          host, port = EnvConfig.parse_host_port(text)
+        rescue ArgumentError => e
+          return bad("HEAPSCOPE_HTTP", e.message)
+        end
+        if token.nil? && !HttpAddress.loopback?(host)
+          return bad("HEAPSCOPE_HTTP", "#{host} is not a loopback address: set HEAPSCOPE_HTTP_TOKEN to serve it")
+        end
+        if token && token.length < 16
+          return bad("HEAPSCOPE_HTTP_TOKEN", "must be at least 16 characters")
+        end
+
+        { host: host, port: port, token: token, fork: mode.to_sym }
+      end
+
+      def pyroscope
+        url = string("HEAPSCOPE_PYROSCOPE_URL")
+        labels_text = string("HEAPSCOPE_PYROSCOPE_LABELS")
+        labels = {}
+        if labels_text
+          begin
+            labels = EnvConfig.parse_labels(labels_text)
+          rescue ArgumentError => e
+            bad("HEAPSCOPE_PYROSCOPE_LABELS", e.message)
+          end
+        end
+        return nil if url.nil?
+
+        unless url.match?(%r{\Ahttps?://[^/\s?#]+(/[^\s?#]*)?\z})
+          return bad("HEAPSCOPE_PYROSCOPE_URL", "must be an http:// or https:// URL without query, e.g. http://127.0.0.1:4040")
+        end
+
+        { url: url, labels: labels, token: string("HEAPSCOPE_PYROSCOPE_TOKEN") }
+      end
+    end
+
+    # HttpAddress answers whether a listen address stays on this machine.
+    module HttpAddress
+      # True when every address host resolves to is a loopback address (127.0.0.0/8 or ::1).
+      def self.loopback?(host)
+        return true if host == "localhost"
+
+        require "ipaddr"
+        IPAddr.new(host).loopback?
+      rescue IPAddr::Error, ArgumentError
+        false
+      end
+    end
+  end
+end

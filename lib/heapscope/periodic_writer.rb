@@ -1,0 +1,193 @@
+# frozen_string_literal: true
+
+require "fileutils"
+
+module Heapscope
+  # PeriodicWriter writes a heap profile to dir every interval seconds from a background thread,
+  # keeps the newest keep files of the app, and writes a final one when asked (auto.rb does at exit).
+  #
+  #   writer = Heapscope::PeriodicWriter.new(dir: "/var/tmp/prof", interval: 60, keep: 48, app_name: "web").start
+  #
+  # Files are named APP-PID-YYYYMMDDTHHMMSS.mmmZ.heap.pb.gz (the final one ends -final.heap.pb.gz),
+  # so forked children never collide with their parent. Each is written to a hidden temp file
+  # (.NAME.tmp-PID) in the same directory, fsynced, then renamed: a reader, or a kill -9 at any
+  # moment, sees whole profiles only. Temp files left by dead processes are removed on rotation.
+  # Failures (disk full, unwritable dir) warn once per error class and never raise.
+  class PeriodicWriter
+    SUFFIX = ".heap.pb.gz"
+
+    attr_reader :dir, :interval, :keep, :app_name
+
+    # source: anything answering running? and profile(gc:, type:) (Heapscope by default).
+    # warn:   where warnings go (a callable taking one line).
+    def initialize(dir:, interval: 60, keep: 48, app_name: "ruby", source: nil, warn: nil)
+      raise ArgumentError, "interval must be a number > 0, got #{interval.inspect}" unless interval.is_a?(Numeric) && interval.positive?
+      raise ArgumentError, "keep must be an Integer >= 1, got #{keep.inspect}" unless keep.is_a?(Integer) && keep >= 1
+      raise ArgumentError, "app_name must use only A-Z a-z 0-9 _ . -, got #{app_name.inspect}" unless app_name.to_s.match?(/\A[A-Za-z0-9_.\-]+\z/)
+
+      @dir = File.expand_path(dir.to_s)
+      @interval = interval
+      @keep = keep
+      @app_name = app_name.to_s
+      @source = source || (require "heapscope"; Heapscope)
+      @warn = warn || ->(line) { Kernel.warn(line) }
+      @warned = {}
+      @counts = Hash.new(0)
+      reset_sync
+    end
+
+    # Starts the background thread. Returns self.
+    def start
+      @stopping = false
+      @thread = Thread.new { run }
+      @thread.name = "heapscope-writer" if @thread.respond_to?(:name=)
+      self
+    end
+
+    def running?
+      !@thread.nil? && @thread.alive?
+    end
+
+    # Stops the thread (waits for a write in progress). Returns nil.
+    def stop
+      @sync.synchronize do
+        @stopping = true
+        @wake.signal
+      end
+      @thread&.join(30)
+      @thread = nil
+      nil
+    end
+
+    # Writes one profile now. Returns the path, or nil when it failed or the profiler is not running.
+    def write_now(final: false, gc: false)
+      @write_lock.synchronize do
+        return nil unless @source.running?
+
+        stamp = Time.now.utc.strftime("%Y%m%dT%H%M%S.%LZ")
+        name = "#{@app_name}-#{Process.pid}-#{stamp}#{final ? "-final" : ""}#{SUFFIX}"
+        path = File.join(@dir, name)
+        tmp = File.join(@dir, ".#{name}.tmp-#{Process.pid}")
+        begin
+          FileUtils.mkdir_p(@dir)
+          data = @source.profile(gc: gc, type: :heap)
+          File.open(tmp, File::WRONLY | File::CREAT | File::TRUNC | File::BINARY, 0o644) do |f|
+            f.write(data)
+            f.flush
+            f.fsync
+          end
+          File.rename(tmp, path)
+          @counts[:written] += 1
+          rotate
+          path
+        rescue StandardError => e
+          @counts[:failed] += 1
+          warn_once(e)
+          nil
+        ensure
+          File.unlink(tmp) if File.exist?(tmp)
+        end
+      end
+    rescue StandardError
+      nil
+    end
+
+    # Profile files of this app in dir, oldest first.
+    def files
+      # app_name is limited to [A-Za-z0-9_.-], so it holds no glob metacharacters.
+      pattern = /\A#{Regexp.escape(@app_name)}-\d+-\d{8}T\d{6}\.\d{3}Z(-final)?#{Regexp.escape(SUFFIX)}\z/
+      Dir.glob("#{@app_name}-*#{SUFFIX}", base: @dir)
+         .select { |name| name.match?(pattern) }
+         .map { |name| File.join(@dir, name) }
+         .sort_by { |f| [mtime(f), File.basename(f)] }
+    end
+
+    # Counters: written, failed, removed (by rotation).
+    def stats
+      { written: @counts[:written], failed: @counts[:failed], removed: @counts[:removed] }
+    end
+
+    # In a forked child: the thread is gone; start again (names now carry the child's pid).
+    def after_fork
+      reset_sync
+      @thread = nil
+      start unless @stopping
+    end
+
+    private
+
+    def reset_sync
+      @sync = Mutex.new
+      @wake = ConditionVariable.new
+      @write_lock = Mutex.new
+    end
+
+    def run
+      deadline = clock + @interval
+      loop do
+        @sync.synchronize do
+          loop do
+            break if @stopping
+
+            left = deadline - clock
+            break if left <= 0
+
+            @wake.wait(@sync, left)
+          end
+        end
+        break if @stopping
+
+        write_now
+        # The next tick on the original schedule; skip ticks a slow write overran.
+        deadline += @interval while deadline <= clock
+      end
+    rescue StandardError => e
+      warn_once(e)
+    end
+
+    # Keeps the newest keep files of the app (any pid) and removes temp files of dead processes.
+    def rotate
+      old = files
+      old.first([old.size - @keep, 0].max).each do |f|
+        File.unlink(f)
+        @counts[:removed] += 1
+      rescue Errno::ENOENT
+        nil # another process of the app rotated it first
+      end
+      Dir.glob(".#{@app_name}-*#{SUFFIX}.tmp-*", base: @dir).each do |name|
+        tmp = File.join(@dir, name)
+        pid = tmp[/\.tmp-(\d+)\z/, 1].to_i
+        File.unlink(tmp) if pid.positive? && !alive?(pid)
+      rescue SystemCallError
+        nil
+      end
+    end
+
+    def alive?(pid)
+      Process.kill(0, pid)
+      true
+    rescue Errno::ESRCH
+      false
+    rescue Errno::EPERM
+      true
+    end
+
+    def mtime(path)
+      File.mtime(path)
+    rescue Errno::ENOENT
+      Time.at(0)
+    end
+
+    def warn_once(error)
+      return if @warned[error.class]
+
+      @warned[error.class] = true
+      @warn.call("heapscope: cannot write profiles to #{@dir}: #{error.class}: #{error.message} " \
+                 "(further #{error.class} failures are not reported)")
+    end
+
+    def clock
+      Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+  end
+end

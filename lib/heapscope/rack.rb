@@ -1,0 +1,255 @@
+# frozen_string_literal: true
+
+module Heapscope
+  # Heapscope::Rack serves profiles over HTTP with Go's net/http/pprof conventions, so
+  # `go tool pprof http://HOST/debug/pprof/heap`, Grafana Alloy and Parca read them unchanged.
+  #
+  #   # config.ru, as middleware (everything outside /debug/pprof goes to the app):
+  #   use Heapscope::Rack
+  #   # or as an app of its own, at any mount point:
+  #   map("/debug/pprof") { run Heapscope::Rack.new }
+  #
+  # Endpoints: /debug/pprof/ (index), /debug/pprof/heap, /debug/pprof/allocs.
+  # Query: gc=1 runs a full GC first; seconds=N returns the change over the next N seconds
+  # (1..300); debug=1 returns a text top list. Statuses: 200, 400 bad or conflicting parameters,
+  # 404 unknown path, 405 not GET/HEAD, 429 a delta is already being computed, 503 not running.
+  #
+  # The rack gem is never required: this is a plain object with #call(env). The standalone
+  # listener (lib/heapscope/http_server.rb) serves through the same object.
+  class Rack
+    PREFIX = "/debug/pprof"
+    MAX_SECONDS = 300
+    PROFILES = {
+      "heap" => "live objects by allocation site: inuse_space/inuse_objects (and alloc_* since start)",
+      "allocs" => "the same profile with alloc_space as the default sample type: all sampled allocations",
+    }.freeze
+
+    # One delta profile at a time for the whole process (each one holds a request for N seconds).
+    DELTA_LOCK = Mutex.new
+
+    # app:    the next Rack app (middleware) or nil (a standalone app: other paths are 404).
+    # source: what profiles come from; anything answering running? and profile(gc:, type:).
+    def initialize(app = nil, source: nil)
+      @app = app
+      @source = source || (require "heapscope"; Heapscope)
+    end
+
+    def call(env)
+      full = "#{env["SCRIPT_NAME"]}#{env["PATH_INFO"]}"
+      rest =
+        if full == PREFIX || full.start_with?("#{PREFIX}/") then full[PREFIX.length..]
+        elsif @app.nil? then env["PATH_INFO"].to_s
+        end
+      return @app.call(env) if rest.nil?
+
+      status, headers, body = route(env["REQUEST_METHOD"], rest, env["QUERY_STRING"].to_s)
+      headers["x-heapscope-pid"] = Process.pid.to_s
+      body = [] if env["REQUEST_METHOD"] == "HEAD"
+      [status, headers, body]
+    end
+
+    private
+
+    def route(method, rest, query)
+      name = rest.delete_prefix("/")
+      unless name.empty? || PROFILES.key?(name)
+        return text(404, "unknown profile #{name.inspect}: heapscope serves #{PROFILES.keys.join(" and ")}\n")
+      end
+      unless %w[GET HEAD].include?(method)
+        status, headers, body = text(405, "method #{method} not allowed: use GET\n")
+        headers["allow"] = "GET, HEAD"
+        return [status, headers, body]
+      end
+      return index if name.empty?
+
+      params = parse_params(query)
+      return text(400, "#{params}\n") if params.is_a?(String)
+      return not_running unless @source.running?
+
+      type = name.to_sym
+      if params[:seconds]
+        delta(type, params)
+      elsif params[:debug]
+        text(200, TextReport.render(@source.profile(gc: params[:gc], type: type), type: type))
+      else
+        binary("#{name}.pb.gz", @source.profile(gc: params[:gc], type: type))
+      end
+    rescue StandardError => e
+      # Heapscope::Error means the profiler stopped between the check and the call.
+      return not_running(e.message) if defined?(Heapscope::Error) && e.is_a?(Heapscope::Error)
+
+      text(500, "heapscope: #{e.class}: #{e.message}\n")
+    end
+
+    # Parses the query into {gc:, debug:, seconds:}, or returns the reason it is bad (a String).
+    # Unknown parameters are ignored, as Go's handler does, so scrapers that add their own work.
+    def parse_params(query)
+      pairs = query.split("&").reject(&:empty?).map do |pair|
+        key, value = pair.split("=", 2)
+        [unescape(key), unescape(value.to_s)]
+      end
+      seen = Hash.new(0)
+      pairs.each { |key, _| seen[key] += 1 }
+      twice = seen.find { |key, count| count > 1 && %w[gc debug seconds].include?(key) }
+      return "parameter #{twice[0]} given more than once" if twice
+
+      given = pairs.to_h
+      params = {}
+      %w[gc debug].each do |key|
+        next unless given.key?(key)
+        return "#{key} must be 0 or 1, got #{given[key].inspect}" unless %w[0 1].include?(given[key])
+
+        params[key.to_sym] = given[key] == "1"
+      end
+      params[:gc] ||= false
+      if given.key?("seconds")
+        value = given["seconds"]
+        unless value.match?(/\A\d{1,9}\z/) && Integer(value, 10).between?(1, MAX_SECONDS)
+          return "seconds must be an integer from 1 to #{MAX_SECONDS}, got #{value.inspect}"
+        end
+        return "seconds and debug=1 cannot be combined: a delta profile is only served as pprof" if params[:debug]
+
+        params[:seconds] = Integer(value, 10)
+      end
+      params
+    rescue ArgumentError, EncodingError
+      "the query string is not valid percent-encoding"
+    end
+
+    def unescape(text)
+      out = text.tr("+", " ").gsub(/%([0-9A-Fa-f]{2})/) { Regexp.last_match(1).hex.chr }
+      raise ArgumentError, "bad escape" if out.include?("%")
+
+      out
+    end
+
+    # The change over the next N seconds: allocs = new allocations, heap = change in live objects
+    # per site (negative where objects died). Only one runs at a time; others get 429.
+    def delta(type, params)
+      return text(429, "another delta profile is being computed; retry later\n", "retry-after" => params[:seconds].to_s) unless DELTA_LOCK.try_lock
+
+      begin
+        require "heapscope/pprof"
+        older = @source.profile(gc: params[:gc], type: type)
+        sleep(params[:seconds])
+        return not_running unless @source.running?
+
+        newer = @source.profile(gc: params[:gc], type: type)
+        diff = Heapscope::Pprof.subtract(by_site(Heapscope::Pprof.decode(newer)), by_site(Heapscope::Pprof.decode(older)))
+        diff.duration_nanos = params[:seconds] * 1_000_000_000
+        diff.comments << "heapscope delta profile: #{type} change over #{params[:seconds]}s (negative values: fewer live objects)"
+        binary("#{type}-delta-#{params[:seconds]}s.pb.gz", diff.to_pprof(gzip: true))
+      ensure
+        DELTA_LOCK.unlock
+      end
+    end
+
+    # Drops the gc_age label, which changes as objects age: a delta compares sites (stack and class),
+    # and an object that merely got older must not show as -1 in one age bucket and +1 in the next.
+    def by_site(prof)
+      prof.samples.each { |sample| sample.labels.delete("gc_age") }
+      prof
+    end
+
+    def index
+      rows = PROFILES.map do |name, what|
+        "<tr><td><a href=\"#{PREFIX}/#{name}?debug=1\">#{name}</a></td><td>#{what}</td></tr>"
+      end
+      html = <<~HTML
+        <!DOCTYPE html>
+        <html><head><meta charset="utf-8"><title>heapscope /debug/pprof/</title></head>
+        <body><h1>heapscope /debug/pprof/</h1>
+        <p>pid #{Process.pid}, profiler #{@source.running? ? "running" : "not running"}.</p>
+        <table>#{rows.join}</table>
+        <p>Parameters: <code>gc=1</code> runs a full GC first; <code>seconds=N</code> (1..#{MAX_SECONDS})
+        returns the change over the next N seconds; <code>debug=1</code> returns a text top list.
+        Without <code>debug</code> the response is a gzipped pprof profile:
+        <code>go tool pprof http://HOST:PORT#{PREFIX}/heap</code>.</p>
+        </body></html>
+      HTML
+      [200, { "content-type" => "text/html; charset=utf-8", "content-length" => html.bytesize.to_s }, [html]]
+    end
+
+    def not_running(reason = nil)
+      text(503, "#{reason || "heapscope is not running: start it with Heapscope.start or RUBYOPT=-rheapscope/auto"}\n")
+    end
+
+    def binary(filename, data)
+      [200, {
+        "content-type" => "application/octet-stream",
+        "content-disposition" => "attachment; filename=\"#{filename}\"",
+        "content-length" => data.bytesize.to_s,
+        "cache-control" => "no-store",
+      }, [data]]
+    end
+
+    def text(status, message, extra = {})
+      message = message.b
+      [status, {
+        "content-type" => "text/plain; charset=utf-8",
+        "content-length" => message.bytesize.to_s,
+        "cache-control" => "no-store",
+      }.merge(extra), [message]]
+    end
+
+    # TextReport renders a profile as the readable top list of ?debug=1: the allocation sites
+    # (leaf frame and class) holding the most, largest first.
+    module TextReport
+      ROW_LIMIT = 100
+
+      # Returns the text for gzipped pprof bytes; type :heap ranks by inuse_space, :allocs by alloc_space.
+      def self.render(bytes, type:, limit: nil)
+        require "heapscope/pprof"
+        prof = Heapscope::Pprof.decode(bytes)
+        kind = type == :allocs ? "alloc" : "inuse"
+        space = prof.sample_index("#{kind}_space") || 0
+        count = prof.sample_index("#{kind}_objects") || space
+        rows = Hash.new { |h, k| h[k] = [0, 0] }
+        prof.samples.each do |sample|
+          leaf = sample.frames.first
+          site = leaf ? leaf.to_s : "(no frames)"
+          row = rows[[site, sample.labels["class"].to_s]]
+          row[0] += sample.values[space].to_i
+          row[1] += sample.values[count].to_i
+        end
+        total_space = rows.values.sum(&:first)
+        total_count = rows.values.sum(&:last)
+        ranked = rows.sort_by { |(site, klass), (bytes_, objects)| [-bytes_, -objects, site, klass] }
+        limit ||= ROW_LIMIT
+        out = +"heapscope #{type} profile, pid #{Process.pid}, #{Time.now.utc.strftime("%Y-%m-%dT%H:%M:%SZ")}\n"
+        out << "# #{kind}_space #{human(total_space)} in #{total_count} #{kind}_objects (estimates scaled from samples)\n"
+        prof.comments.each { |c| out << "# #{c}\n" }
+        surfaces.each { |line| out << "# #{line}\n" }
+        out << format("%12s %7s %12s  %-24s %s\n", "#{kind}_space", "%", "objects", "class", "allocation site")
+        ranked.first(limit).each do |(site, klass), (bytes_, objects)|
+          share = total_space.zero? ? 0.0 : 100.0 * bytes_ / total_space
+          out << format("%12s %6.2f%% %12d  %-24s %s\n", human(bytes_), share, objects, klass.empty? ? "-" : klass, site)
+        end
+        out << "# ... #{ranked.size - limit} more sites\n" if ranked.size > limit
+        out
+      end
+
+      # Counters of the autostarted surfaces (periodic files, Pyroscope pushes), when there are any.
+      def self.surfaces
+        return [] unless defined?(Heapscope::Auto) && Heapscope::Auto.config
+
+        Heapscope::Auto.stats.filter_map do |name, counters|
+          next unless counters.is_a?(Hash) && counters.values.all?(Integer)
+
+          "#{name}: #{counters.map { |k, v| "#{k}=#{v}" }.join(" ")}"
+        end
+      end
+
+      def self.human(bytes)
+        units = %w[B KiB MiB GiB TiB]
+        value = bytes.to_f
+        unit = 0
+        while value.abs >= 1024 && unit < units.size - 1
+          value /= 1024
+          unit += 1
+        end
+        unit.zero? ? "#{bytes}B" : format("%.1f%s", value, units[unit])
+      end
+    end
+  end
+end

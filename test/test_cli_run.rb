@@ -1,0 +1,145 @@
+# frozen_string_literal: true
+
+require_relative "test_http_helper"
+require "open3"
+require "heapscope/cli"
+require "heapscope/env_config"
+
+# exe/heapscope: help texts, every usage error (exit 2 and its one line), and `run` on a real
+# Ruby process whose final profile go tool pprof reads.
+class TestCliRun < Minitest::Test
+  include SurfacesTestHelper
+
+  EXE = File.join(ROOT, "exe/heapscope")
+  SERVICE = File.join(ROOT, "examples/surfaces/leaky_service.rb")
+
+  def setup
+    @tmp = Dir.mktmpdir("heapscope-cli")
+  end
+
+  def teardown
+    FileUtils.rm_rf(@tmp)
+  end
+
+  # Runs exe/heapscope in a child process; returns [stdout, stderr, exit status].
+  def heapscope(*args, env: {})
+    out, err, status = Timeout.timeout(90) do
+      Open3.capture3({ "RUBYOPT" => nil, "HEAPSCOPE_DIR" => nil }.merge(env), RbConfig.ruby, EXE, *args, chdir: @tmp)
+    end
+    [out, err, status.exitstatus]
+  end
+
+  def test_help_is_complete
+    out, err, code = heapscope("--help")
+    assert_equal [0, ""], [code, err]
+    %w[run top flamegraph diff leaks --version].each { |word| assert_includes out, word }
+    assert_equal out, heapscope("help").first
+    out, _, code = heapscope("run", "--help")
+    assert_equal 0, code
+    Heapscope::CLI::RUN_FLAGS.each_key { |flag| assert_includes out, flag }
+    Heapscope::EnvConfig::VARIABLES.each_key { |var| assert_includes out, var }
+    assert_match(/heapscope #{Regexp.escape(Heapscope::VERSION)}/, heapscope("--version").first)
+  end
+
+  def test_docs_cover_every_variable_flag_and_status
+    doc = File.read(File.join(ROOT, "docs/surfaces.md"))
+    Heapscope::EnvConfig::VARIABLES.each_key { |var| assert_includes doc, "`#{var}`" }
+    Heapscope::CLI::RUN_FLAGS.each_key { |flag| assert_includes doc, flag }
+    %w[gc seconds debug].each { |param| assert_includes doc, "| `#{param}` |" }
+    [200, 400, 401, 404, 405, 408, 413, 414, 429, 431, 500, 503].each { |code| assert_includes doc, "| #{code} |" }
+  end
+
+  def test_usage_errors_exit_2_with_one_line
+    {
+      [] => "heapscope: missing command (see heapscope --help)",
+      ["frobnicate"] => 'heapscope: unknown command "frobnicate" (see heapscope --help)',
+      ["run"] => "heapscope run: missing the command to run (heapscope run [FLAGS] -- CMD ARGS...)",
+      ["run", "--"] => "heapscope run: missing the command to run (heapscope run [FLAGS] -- CMD ARGS...)",
+      ["run", "--bogus", "--", "ruby"] => "heapscope run: unknown flag --bogus",
+      ["run", "--dir"] => "heapscope run: --dir needs a value (--dir DIR)",
+      ["run", "--dir", "--", "ruby"] => "heapscope run: --dir needs a value (--dir DIR)",
+      ["run", "--keep=1", "--keep=2", "--", "ruby"] => "heapscope run: --keep given more than once",
+      ["run", "--sample-every", "abc", "--", "ruby"] =>
+        'heapscope run: --sample-every "abc" is invalid: must be an integer from 1 to 2147483647',
+      ["run", "--sample-every=0", "--", "ruby"] =>
+        'heapscope run: --sample-every "0" is invalid: must be an integer from 1 to 2147483647',
+      ["run", "--interval", "-1", "--", "ruby"] =>
+        'heapscope run: --interval "-1" is invalid: must be a number of seconds from 0.1 to 86400',
+      ["run", "--keep", "none", "--", "ruby"] => 'heapscope run: --keep "none" is invalid: must be an integer from 1 to 1000000',
+      ["run", "--http", "nowhere", "--", "ruby"] =>
+        'heapscope run: --http "nowhere" is invalid: must be HOST:PORT, [IPV6]:PORT or PORT',
+      ["run", "--http", "0.0.0.0:6060", "--", "ruby"] =>
+        'heapscope run: --http "0.0.0.0:6060" is invalid: 0.0.0.0 is not a loopback address: set HEAPSCOPE_HTTP_TOKEN to serve it',
+      ["run", "--app-name", "a b", "--", "ruby"] => 'heapscope run: --app-name "a b" is invalid: use 1 to 100 of A-Z a-z 0-9 _ . -',
+      ["run", "--max-frames", "0", "--", "ruby"] => 'heapscope run: --max-frames "0" is invalid: must be an integer from 1 to 3000',
+      ["run", "--min-age", "x", "--", "ruby"] => 'heapscope run: --min-age "x" is invalid: must be an integer from 0 to 2147483647',
+    }.each do |args, line|
+      out, err, code = heapscope(*args)
+      assert_equal [2, "", "#{line}\n"], [code, out, err], args.inspect
+    end
+  end
+
+  def test_in_process_dispatch_returns_statuses
+    out = StringIO.new
+    err = StringIO.new
+    assert_equal 0, Heapscope::CLI.run(["--help"], out: out, err: err)
+    assert_equal 2, Heapscope::CLI.run(["run", "--nope"], out: out, err: err)
+    assert_equal "heapscope run: unknown flag --nope\n", err.string
+  end
+
+  def test_command_not_found_is_127
+    _, err, code = heapscope("run", "--", "no-such-command-heapscope")
+    assert_equal 127, code
+    assert_match(/\Aheapscope run: cannot run "no-such-command-heapscope": No such file or directory/, err)
+  end
+
+  def test_run_writes_a_final_profile_that_go_tool_pprof_reads
+    skip_unless_native
+    dir = File.join(@tmp, "out")
+    out, err, code = heapscope("run", "--dir", dir, "--sample-every", "100", "--interval", "0.2", "--",
+                               RbConfig.ruby, SERVICE, "1")
+    assert_equal 0, code, err
+    assert_equal "ready\n", out
+    final = err[/^heapscope: final profile: (\S+)$/, 1]
+    assert final, err
+    assert_match(%r{\A#{Regexp.escape(dir)}/leaky_service-\d+-\d{8}T\d{6}\.\d{3}Z-final\.heap\.pb\.gz\z}, final)
+    assert_match(/^heapscope: read it with: heapscope top #{Regexp.escape(final)}/, err)
+    periodic = Dir.children(dir).reject { |n| n.include?("-final") }
+    assert_operator periodic.size, :>=, 2, "--interval 0.2 over a 1 s run writes periodic files: #{Dir.children(dir)}"
+
+    skip_unless_go
+    top, perr, status = Open3.capture3({ "HOME" => @tmp }, "go", "tool", "pprof", "-top", "-lines",
+                                       "-sample_index=inuse_space", final)
+    assert status.success?, perr
+    leak_line = File.readlines(SERVICE).index { |l| l.include?("# LEAK") } + 1
+    row = top.lines.drop_while { |l| !l.include?("flat%") }[1]
+    assert_includes row, "leaky_service.rb:#{leak_line}", top
+  end
+
+  def test_run_passes_the_exit_status_and_the_default_dir
+    skip_unless_native
+    _, err, code = heapscope("run", "--", RbConfig.ruby, "-e", "$keep = Array.new(1000) { 'x' * 50 }; exit 3")
+    assert_equal 3, code
+    assert_match(%r{^heapscope: final profile: #{Regexp.escape(File.realpath(@tmp))}/heapscope-profiles/}, err)
+  end
+
+  def test_run_with_http_serves_while_running
+    skip_unless_native
+    port = free_port
+    script = "require 'net/http'; print Net::HTTP.get_response(URI('http://127.0.0.1:#{port}/debug/pprof/heap')).code"
+    out, err, code = heapscope("run", "--http", port.to_s, "--dir", @tmp, "--", RbConfig.ruby, "-e", script)
+    assert_equal [0, "200"], [code, out], err
+    assert_includes err, "heapscope: serving http://127.0.0.1:#{port}/debug/pprof/"
+  end
+
+  def test_report_commands_are_delegated
+    begin
+      require "heapscope/report/cli"
+    rescue LoadError
+      skip "lib/heapscope/report/cli.rb is not there yet"
+    end
+    _, err, code = heapscope("top", File.join(@tmp, "missing.pb.gz"))
+    refute_equal 0, code
+    assert_includes err, "missing.pb.gz"
+  end
+end

@@ -1,0 +1,120 @@
+# frozen_string_literal: true
+
+require_relative "test_http_helper"
+
+# Acceptance: real processes under RUBYOPT=-rheapscope/auto, read by `go tool pprof` over HTTP.
+#   - the standalone listener (HEAPSCOPE_HTTP) of examples/surfaces/leaky_service.rb,
+#   - Heapscope::Rack as middleware in examples/surfaces/config.ru under rackup + puma.
+class TestHttpAcceptance < Minitest::Test
+  include SurfacesTestHelper
+
+  SERVICE = File.join(ROOT, "examples/surfaces/leaky_service.rb")
+  CONFIG_RU = File.join(ROOT, "examples/surfaces/config.ru")
+
+  def setup
+    skip_unless_native
+    @tmp = Dir.mktmpdir("heapscope-accept")
+  end
+
+  def teardown
+    reap_children
+    FileUtils.rm_rf(@tmp) if @tmp
+  end
+
+  def line_of(path, marker)
+    File.readlines(path).index { |l| l.include?(marker) } + 1
+  end
+
+  # Runs go tool pprof on a URL; returns its output (profiles it saves go to @tmp, not ~/pprof).
+  def pprof_top(url, sample_index)
+    require "open3"
+    out, err, status = Timeout.timeout(60) do
+      Open3.capture3({ "PPROF_TMPDIR" => @tmp, "HOME" => @tmp }, "go", "tool", "pprof", "-top", "-lines",
+                     "-sample_index=#{sample_index}", url)
+    end
+    assert status.success?, "go tool pprof failed: #{err}"
+    out
+  end
+
+  # The first row of the -top table.
+  def top_row(output)
+    output.lines.drop_while { |l| !l.include?("flat%") }[1].to_s
+  end
+
+  def start_service(extra_env = {})
+    port = free_port
+    env = ruby_env("HEAPSCOPE_HTTP" => "127.0.0.1:#{port}", "HEAPSCOPE_SAMPLE_EVERY" => "100").merge(extra_env)
+    _pid, out, err = spawn_child(env, RbConfig.ruby, SERVICE, "60", dir: @tmp)
+    wait_for("the service to be ready") { File.read(out).include?("ready") }
+    assert_match(%r{heapscope: serving http://127\.0\.0\.1:#{port}/debug/pprof/}, File.read(err))
+    port
+  end
+
+  def test_go_tool_pprof_finds_the_leak_over_the_standalone_listener
+    skip_unless_go
+    port = start_service
+    leak = "leaky_service.rb:#{line_of(SERVICE, "# LEAK")}"
+
+    heap = pprof_top("http://127.0.0.1:#{port}/debug/pprof/heap", "inuse_space")
+    assert_includes top_row(heap), leak, heap
+    assert_match(/Type: inuse_space/, heap)
+
+    allocs = pprof_top("http://127.0.0.1:#{port}/debug/pprof/allocs", "alloc_space")
+    assert_match(/Type: alloc_space/, allocs)
+    assert_includes allocs, leak
+    assert_includes allocs, "leaky_service.rb:#{line_of(SERVICE, "# garbage")}", "allocs shows the garbage site too"
+    refute_includes heap, "leaky_service.rb:#{line_of(SERVICE, "# garbage")}", "heap does not list freed garbage"
+
+    # ?gc=1 and a real delta: the service keeps leaking, so the leak line grows over the window.
+    delta = pprof_top("http://127.0.0.1:#{port}/debug/pprof/heap?seconds=1&gc=1", "inuse_objects")
+    assert_includes top_row(delta), leak, delta
+  end
+
+  def test_debug_text_and_statuses_from_a_real_process
+    port = start_service
+    status, headers, body = http_get(port, "/debug/pprof/heap?debug=1")
+    assert_equal 200, status
+    pid = headers["x-heapscope-pid"]
+    assert_match(/\Aheapscope heap profile, pid #{pid}, /, body)
+    rows = body.lines.drop_while { |l| !l.include?("allocation site") }
+    assert_match(/String\s+String#\* .*leaky_service\.rb:#{line_of(SERVICE, "# LEAK")}/, rows[1])
+    assert_equal 400, http_get(port, "/debug/pprof/heap?seconds=1&debug=1").first
+    assert_equal 400, http_get(port, "/debug/pprof/allocs?seconds=600").first
+    # Two deltas at once: the second is refused.
+    slow = Thread.new { http_get(port, "/debug/pprof/heap?seconds=2", timeout: 20) }
+    sleep 0.5
+    assert_equal 429, http_get(port, "/debug/pprof/allocs?seconds=1").first
+    assert_equal 200, slow.value.first
+  end
+
+  def test_rack_middleware_under_rackup_and_puma
+    skip_unless_go
+    begin
+      rackup = Gem.bin_path("rackup", "rackup")
+      Gem.bin_path("puma", "puma")
+    rescue Gem::Exception
+      skip "the rackup and puma gems are not installed (bundle install)"
+    end
+    port = free_port
+    env = ruby_env("HEAPSCOPE_SAMPLE_EVERY" => "50")
+    _pid, _out, err = spawn_child(env, RbConfig.ruby, rackup, "-s", "puma", "-o", "127.0.0.1", "-p", port.to_s,
+                                  CONFIG_RU, dir: @tmp)
+    wait_for("rackup to listen", timeout: 30) do
+      http_get(port, "/").first == 200
+    rescue SystemCallError
+      false
+    end
+    20.times { assert_equal 200, http_get(port, "/leak").first }
+    leak = "config.ru:#{line_of(CONFIG_RU, "# REQUEST LEAK")}"
+    # By bytes puma's threads (each Thread's memsize includes its VM stack) outweigh 10,000 small
+    # strings, so rank by objects for the top row and only look the line up by bytes.
+    heap = pprof_top("http://127.0.0.1:#{port}/debug/pprof/heap?gc=1", "inuse_objects")
+    assert_includes top_row(heap), leak, heap
+    assert_includes pprof_top("http://127.0.0.1:#{port}/debug/pprof/heap", "inuse_space"), leak
+    assert_includes pprof_top("http://127.0.0.1:#{port}/debug/pprof/allocs", "alloc_space"), leak
+    status, _, body = http_get(port, "/debug/pprof/heap?gc=2")
+    assert_equal 400, status
+    assert_equal "gc must be 0 or 1, got \"2\"\n", body
+    refute_match(/Error|error/, File.read(err).lines.grep_v(/heapscope: serving/).join)
+  end
+end
