@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "heapscope/version"
+require_relative "heapscope/atomic_write"
 require_relative "heapscope/heapscope" # the C extension: Heapscope::Native
 
 # heapscope: which lines of code allocated the objects that are still alive, how many, how big, how old.
@@ -84,20 +85,7 @@ module Heapscope
     # Writes profile(**options) to path atomically (temp file in the same directory, then rename),
     # so a reader never sees a partial file. Returns path.
     def write(path, **options)
-      data = profile(**options)
-      path = path.to_s
-      tmp = "#{path}.tmp-#{Process.pid}-#{rand(1 << 32).to_s(16)}"
-      begin
-        File.open(tmp, File::WRONLY | File::CREAT | File::EXCL | File::BINARY, 0o644) do |f|
-          f.write(data)
-          f.flush
-          f.fsync
-        end
-        File.rename(tmp, path)
-      ensure
-        File.unlink(tmp) if File.exist?(tmp)
-      end
-      path
+      Heapscope.write_atomically(path.to_s, profile(**options))
     end
 
     # Counters of the recorder (a Hash with Symbol keys; see docs/configuration.md#stats), and, when

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "fileutils"
+require_relative "atomic_write"
 
 module Heapscope
   # PeriodicWriter writes a heap profile to dir every interval seconds from a background thread,
@@ -70,13 +71,7 @@ module Heapscope
         tmp = File.join(@dir, ".#{name}.tmp-#{Process.pid}")
         begin
           FileUtils.mkdir_p(@dir)
-          data = @source.profile(gc: gc, type: :heap)
-          File.open(tmp, File::WRONLY | File::CREAT | File::TRUNC | File::BINARY, 0o644) do |f|
-            f.write(data)
-            f.flush
-            f.fsync
-          end
-          File.rename(tmp, path)
+          Heapscope.write_atomically(path, @source.profile(gc: gc, type: :heap), tmp: tmp)
           @counts[:written] += 1
           rotate
           path
@@ -84,8 +79,6 @@ module Heapscope
           @counts[:failed] += 1
           warn_once(e)
           nil
-        ensure
-          File.unlink(tmp) if File.exist?(tmp)
         end
       end
     rescue StandardError
