@@ -1,0 +1,221 @@
+# frozen_string_literal: true
+
+require_relative "schema"
+require_relative "wire"
+require_relative "profile"
+
+# profile.proto bytes -> Profile.
+module Heapscope
+  module Pprof
+    # Decoder turns profile.proto bytes (not gzipped) into a Profile.
+    class Decoder
+      # Profile fields that hold a message, and the message's name.
+      MESSAGE_FIELDS = {
+        TAG_PROFILE_SAMPLE_TYPE => "ValueType", TAG_PROFILE_SAMPLE => "Sample", TAG_PROFILE_MAPPING => "Mapping",
+        TAG_PROFILE_LOCATION => "Location", TAG_PROFILE_FUNCTION => "Function", TAG_PROFILE_PERIOD_TYPE => "ValueType"
+      }.freeze
+
+      NO_UNITS = {}.freeze
+
+      def initialize(buf)
+        @buf = buf
+      end
+
+      # The string table can come anywhere in the message (Go writes it last), so the first pass collects
+      # it and notes where the other fields are; the second decodes them with strings at hand.
+      def decode
+        top = Wire::Reader.new(@buf, 0, @buf.bytesize, "Profile")
+        @strings = []
+        fields = []
+        until top.eof?
+          field, wire = top.key
+          if field == TAG_PROFILE_STRING_TABLE
+            top.expect(field, wire, WIRE_BYTES)
+            @strings << top.string(field)
+          elsif field == TAG_PROFILE_COMMENT
+            fields << [field, top.repeated(field, wire, [], true)]
+          elsif MESSAGE_FIELDS.key?(field)
+            top.expect(field, wire, WIRE_BYTES)
+            fields << [field, top.message(field, MESSAGE_FIELDS[field])]
+          elsif field <= TAG_PROFILE_DEFAULT_SAMPLE_TYPE
+            fields << [field, top.int64_of(field, wire)]
+          else
+            top.skip(field, wire)
+          end
+        end
+        if @strings.empty?
+          raise DecodeError, "not a pprof profile (no string table)" unless @buf.empty?
+
+          raise DecodeError, "empty input (not a pprof profile)"
+        end
+
+        build(fields)
+      end
+
+      private
+
+      def build(fields)
+        prof = Profile.new
+        prof.string_table = @strings
+        sample_readers = []
+        fields.each do |field, v|
+          case field
+          when TAG_PROFILE_SAMPLE_TYPE then prof.sample_types << value_type(v)
+          when TAG_PROFILE_SAMPLE then sample_readers << v
+          when TAG_PROFILE_MAPPING then prof.mappings << mapping(v)
+          when TAG_PROFILE_LOCATION then prof.locations << location(v)
+          when TAG_PROFILE_FUNCTION then prof.functions << function(v)
+          when TAG_PROFILE_DROP_FRAMES then prof.drop_frames = str(v, "drop_frames")
+          when TAG_PROFILE_KEEP_FRAMES then prof.keep_frames = str(v, "keep_frames")
+          when TAG_PROFILE_TIME_NANOS then prof.time_nanos = v
+          when TAG_PROFILE_DURATION_NANOS then prof.duration_nanos = v
+          when TAG_PROFILE_PERIOD_TYPE then prof.period_type = value_type(v)
+          when TAG_PROFILE_PERIOD then prof.period = v
+          when TAG_PROFILE_COMMENT then v.each { |i| prof.comments << str(i, "comment") }
+          when TAG_PROFILE_DEFAULT_SAMPLE_TYPE
+            prof.default_sample_type = v.zero? ? nil : str(v, "default_sample_type")
+          end
+        end
+        prof.reindex
+        prof.samples = sample_readers.map { |r| sample(prof, r) }
+        prof
+      end
+
+      # Resolves a string table index, checking its range.
+      def str(index, what)
+        if index.negative? || index >= @strings.size
+          raise DecodeError, "#{what} refers to string #{index}, but the string table has #{@strings.size}"
+        end
+
+        @strings[index]
+      end
+
+      def value_type(r)
+        type = unit = 0
+        until r.eof?
+          field, wire = r.key
+          case field
+          when TAG_VALUE_TYPE_TYPE then type = r.int64_of(field, wire)
+          when TAG_VALUE_TYPE_UNIT then unit = r.int64_of(field, wire)
+          else r.skip(field, wire)
+          end
+        end
+        [str(type, "ValueType.type"), str(unit, "ValueType.unit")]
+      end
+
+      def sample(prof, r)
+        ids = []
+        values = []
+        labels = nil
+        units = nil
+        until r.eof?
+          field, wire = r.key
+          case field
+          when TAG_SAMPLE_LOCATION then r.repeated(field, wire, ids, false)
+          when TAG_SAMPLE_VALUE then r.repeated(field, wire, values, true)
+          when TAG_SAMPLE_LABEL
+            r.expect(field, wire, WIRE_BYTES)
+            labels ||= {}
+            units ||= {}
+            label(r.message(field, "Label"), labels, units)
+          else r.skip(field, wire)
+          end
+        end
+        Sample.new(prof, ids, values, labels || {}, units.nil? || units.empty? ? NO_UNITS : units)
+      end
+
+      def label(r, labels, units)
+        key = s = num = unit = 0
+        until r.eof?
+          field, wire = r.key
+          case field
+          when TAG_LABEL_KEY then key = r.int64_of(field, wire)
+          when TAG_LABEL_STR then s = r.int64_of(field, wire)
+          when TAG_LABEL_NUM then num = r.int64_of(field, wire)
+          when TAG_LABEL_NUM_UNIT then unit = r.int64_of(field, wire)
+          else r.skip(field, wire)
+          end
+        end
+        name = str(key, "Label.key")
+        # A label carries str or num; str wins when both are set, as pprof's own reader does.
+        labels[name] = s.zero? ? num : str(s, "Label.str")
+        units[name] = str(unit, "Label.num_unit") unless unit.zero?
+      end
+
+      def mapping(r)
+        m = Mapping.new(0, 0, 0, 0, "", "", false, false, false, false)
+        until r.eof?
+          field, wire = r.key
+          case field
+          when TAG_MAPPING_ID..TAG_MAPPING_HAS_INLINE_FRAMES
+            r.expect(field, wire, WIRE_VARINT)
+            v = r.varint
+            case field
+            when TAG_MAPPING_ID then m.id = v
+            when TAG_MAPPING_START then m.memory_start = v
+            when TAG_MAPPING_LIMIT then m.memory_limit = v
+            when TAG_MAPPING_OFFSET then m.file_offset = v
+            when TAG_MAPPING_FILENAME then m.filename = str(v, "Mapping.filename")
+            when TAG_MAPPING_BUILD_ID then m.build_id = str(v, "Mapping.build_id")
+            when TAG_MAPPING_HAS_FUNCTIONS then m.has_functions = v != 0
+            when TAG_MAPPING_HAS_FILENAMES then m.has_filenames = v != 0
+            when TAG_MAPPING_HAS_LINE_NUMBERS then m.has_line_numbers = v != 0
+            when TAG_MAPPING_HAS_INLINE_FRAMES then m.has_inline_frames = v != 0
+            end
+          else r.skip(field, wire)
+          end
+        end
+        m
+      end
+
+      def location(r)
+        loc = Location.new(0, 0, 0, [], false)
+        until r.eof?
+          field, wire = r.key
+          case field
+          when TAG_LOCATION_ID then loc.id = r.uint64_of(field, wire)
+          when TAG_LOCATION_MAPPING_ID then loc.mapping_id = r.uint64_of(field, wire)
+          when TAG_LOCATION_ADDRESS then loc.address = r.uint64_of(field, wire)
+          when TAG_LOCATION_LINE
+            r.expect(field, wire, WIRE_BYTES)
+            loc.lines << line(r.message(field, "Line"))
+          when TAG_LOCATION_IS_FOLDED then loc.is_folded = r.int64_of(field, wire) != 0
+          else r.skip(field, wire)
+          end
+        end
+        loc
+      end
+
+      def line(r)
+        ln = Line.new(0, 0)
+        until r.eof?
+          field, wire = r.key
+          case field
+          when TAG_LINE_FUNCTION_ID then ln.function_id = r.uint64_of(field, wire)
+          when TAG_LINE_LINE then ln.line = r.int64_of(field, wire)
+          else r.skip(field, wire)
+          end
+        end
+        ln
+      end
+
+      def function(r)
+        fn = Function.new(0, "", "", "", 0)
+        until r.eof?
+          field, wire = r.key
+          case field
+          when TAG_FUNCTION_ID then fn.id = r.uint64_of(field, wire)
+          when TAG_FUNCTION_NAME then fn.name = str(r.int64_of(field, wire), "Function.name")
+          when TAG_FUNCTION_SYSTEM_NAME
+            fn.system_name = str(r.int64_of(field, wire), "Function.system_name")
+          when TAG_FUNCTION_FILENAME
+            fn.filename = str(r.int64_of(field, wire), "Function.filename")
+          when TAG_FUNCTION_START_LINE then fn.start_line = r.int64_of(field, wire)
+          else r.skip(field, wire)
+          end
+        end
+        fn
+      end
+    end
+  end
+end
