@@ -48,7 +48,7 @@ class TestCoreAPI < Minitest::Test
   end
 
   def test_profile_vocabulary_heap_and_allocs
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = [Leak.new("x")]
     heap = heap_profile(gc: true)
     assert_equal [%w[alloc_objects count], %w[alloc_space bytes], %w[inuse_objects count], %w[inuse_space bytes]], heap.sample_types
@@ -62,7 +62,7 @@ class TestCoreAPI < Minitest::Test
   end
 
   def test_allocs_count_allocations_since_start_until_reset
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     in_finished_thread { 300.times { Leak.new(nil) } } # COUNTED
     line = line_of("# COUNTED", __FILE__)
     prof = decode(Heapscope.profile(type: :allocs))
@@ -74,7 +74,7 @@ class TestCoreAPI < Minitest::Test
   end
 
   def test_write_is_atomic_and_go_tool_pprof_reads_it
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = Array.new(77) { Leak.new("y" * 100) } # WRITTEN
     Dir.mktmpdir do |dir|
       path = File.join(dir, "heap.pb.gz")
@@ -110,7 +110,7 @@ class TestCoreAPI < Minitest::Test
   end
 
   def test_stats_report_the_recorder
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = Array.new(1000) { Object.new }
     stats = Heapscope.stats
     %i[running sample_every samples_taken tracked_objects stacks frames strings dead_removed frozen

@@ -22,7 +22,7 @@ class TestCoreGC < Minitest::Test
 
   def test_compaction_keeps_counts_and_follows_moved_objects
     skip "GC.compact is not supported on this platform" unless GC.respond_to?(:compact)
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = []
     make_items(keep, 500)
     in_finished_thread { 2000.times { |i| Item.new(i) } } # garbage between the live objects, so they move
@@ -49,7 +49,7 @@ class TestCoreGC < Minitest::Test
   end
 
   def test_gc_stress_with_every_allocation_sampled
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = []
     GC.stress = true
     make_items(keep, 150)
@@ -68,7 +68,7 @@ class TestCoreGC < Minitest::Test
   def thread_site_d(keep) = 1000.times { keep << Item.new(4) } # THREAD D
 
   def test_allocations_in_threads_are_attributed_to_their_own_sites
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keeps = Array.new(4) { [] }
     sites = %i[thread_site_a thread_site_b thread_site_c thread_site_d]
     threads = sites.each_with_index.map do |site, i|
@@ -85,7 +85,7 @@ class TestCoreGC < Minitest::Test
 
   def test_fork_child_keeps_inherited_objects_and_adds_its_own
     skip "fork is not available" unless Process.respond_to?(:fork)
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = []
     make_items(keep, 100)
     GC.start
@@ -110,14 +110,14 @@ class TestCoreGC < Minitest::Test
   end
 
   def test_stop_forgets_everything_and_start_again_works
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = []
     make_items(keep, 10)
     assert Heapscope.stop
     refute Heapscope.running?
     refute Heapscope.stop, "stop when stopped returns false"
     assert_equal({ running: false }, Heapscope.stats)
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     make_items(keep, 5)
     assert_equal 5, live_items(heap_profile(gc: true))
   end

@@ -17,7 +17,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_live_objects_counted_exactly_and_temporaries_absent
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = []
     make_points(keep)
     in_finished_thread { make_temporaries }
@@ -40,7 +40,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_two_call_sites_give_two_stacks_that_differ_only_in_the_call_site
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = []
     alloc_via_helper(keep) # SITE A
     alloc_via_helper(keep) # SITE B
@@ -56,7 +56,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_many_objects_at_one_site_share_one_stack
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     before = Heapscope.stats[:stacks]
     keep = []
     10_000.times { keep << Object.new }
@@ -66,7 +66,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_stack_is_freed_when_its_last_object_dies
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     in_finished_thread { 50.times { |i| Array.new(i) } } # a site whose objects all die
     Heapscope.reset # the allocation counters no longer hold the stack either
     GC.start
@@ -79,7 +79,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_class_labels
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     anonymous = Class.new(Widget)
     keep = [
       "a string".dup,            # CLASS String
@@ -101,7 +101,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_gc_age_grows_and_min_age_filters
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = [Widget.new] # AGED
     allocated_at = GC.count
     line = line_of("# AGED", __FILE__)
@@ -129,7 +129,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_sizes_are_remeasured_and_frozen_objects_measured_once
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     growing = +"x" # GROWING
     frozen = ("y" * 500).freeze # FROZEN
     grow_line = line_of("# GROWING", __FILE__)
@@ -146,7 +146,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_track_sizes_false_reports_slot_sizes
-    Heapscope.start(sample_every: 1, track_sizes: false)
+    Heapscope.start(sample_every: 1, max_overhead: nil, track_sizes: false)
     keep = Array.new(10) { "q" * 10_000 } # SLOTS
     prof = heap_profile(gc: true)
     line = line_of("# SLOTS", __FILE__)
@@ -156,7 +156,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_c_functions_carry_the_calling_ruby_line
-    Heapscope.start(sample_every: 1)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
     keep = "ab" * 3000 # C FRAME
     prof = heap_profile(gc: true)
     line = line_of("# C FRAME", __FILE__)
@@ -172,7 +172,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_deep_stacks_end_with_an_omitted_frame
-    Heapscope.start(sample_every: 1, max_frames: 20)
+    Heapscope.start(sample_every: 1, max_overhead: nil, max_frames: 20)
     keep = []
     deep(100, keep)
     prof = heap_profile(gc: true)
@@ -190,7 +190,7 @@ class TestCoreRecorder < Minitest::Test
   end
 
   def test_tracked_objects_cap_counts_what_it_drops
-    Heapscope.start(sample_every: 1, max_tracked_objects: 100)
+    Heapscope.start(sample_every: 1, max_overhead: nil, max_tracked_objects: 100)
     keep = Array.new(1000) { Object.new }
     stats = Heapscope.stats
     assert_equal 100, stats[:tracked_objects]

@@ -189,6 +189,7 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "last_profile_gvl_ns", last_profile_gvl_nanos);
   set_u64(h, "last_profile_encode_ns", last_profile_encode_nanos);
   set_u64(h, "record_bytes", rs.record_bytes);
+  set_u64(h, "stack_table_bytes", rs.stack_table_bytes);
   set_u64(h, "recorder_bytes", rs.memory_bytes + capture_memory());
   return h;
 }

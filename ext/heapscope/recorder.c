@@ -420,6 +420,7 @@ void recorder_get_stats(const recorder *r, recorder_stats *stats) {
   stats->alloc_sites = r->alloc_count;
   stats->record_bytes = sizeof(record);
   stats->live_stacks = stacktab_live_stacks(r->stacks);
+  stats->stack_table_bytes = stacktab_memory(r->stacks);
   stats->frames = stacktab_frame_count(r->stacks) - 1;
   stats->strings = strtab_count(r->strings) - 1;
   stats->memory_bytes = sizeof(recorder) + sizeof(record) * r->record_capacity +

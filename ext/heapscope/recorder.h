@@ -44,6 +44,7 @@ typedef struct {
   uint64_t invalid_records;     // records found pointing at a non-object (a bug; dropped)
   uint64_t memory_bytes;        // bytes the recorder holds (records, counters, stacks, strings)
   uint64_t record_bytes;        // bytes per record (sizeof)
+  uint64_t stack_table_bytes;   // bytes of the frame and stack tables (what unique stacks cost)
   uint64_t live_stacks, frames, strings;
 } recorder_stats;
 
