@@ -39,6 +39,7 @@ typedef struct {
   uint64_t dropped_no_memory; // picked, but interning its frames or class ran out of memory
   uint64_t frames_truncated;  // samples whose stack was deeper than max_frames
   uint64_t gc_end_marks;      // GCs observed
+  uint64_t gc_end_marks_missed; // GCs that ran without our GC_END_MARK hook (see capture.c): counts may be off
   uint32_t current_every;     // the sampling rate in force (the budget may have lowered it)
   uint64_t rate_adjustments;  // times the budget changed the rate
   uint64_t sampling_nanos;    // time spent in sampling work and the GC hook

@@ -82,7 +82,7 @@ static char *profile_comments(uint32_t min_age) {
            "heapscope %s ruby %s pid %ld\n"
            "sample_every=%u current_sample_every=%u max_overhead=%g max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
            "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
-           "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu\n"
+           "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu gc_runs_missed=%llu\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
@@ -90,7 +90,8 @@ static char *profile_comments(uint32_t min_age) {
            (unsigned long long)rs.dead_removed, (unsigned long long)cs.skipped_internal,
            (unsigned long long)cs.frames_truncated,
            (unsigned long long)rs.dropped_tracked_cap, (unsigned long long)rs.dropped_stack_cap,
-           (unsigned long long)(rs.dropped_no_memory + cs.dropped_no_memory));
+           (unsigned long long)(rs.dropped_no_memory + cs.dropped_no_memory),
+           (unsigned long long)cs.gc_end_marks_missed);
   return text;
 }
 
@@ -186,6 +187,7 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "dropped_no_memory", cs.dropped_no_memory + rs.dropped_no_memory);
   set_u64(h, "invalid_records", rs.invalid_records);
   set_u64(h, "gc_runs_seen", cs.gc_end_marks);
+  set_u64(h, "gc_runs_missed", cs.gc_end_marks_missed);
   set_u64(h, "last_profile_gvl_ns", last_profile_gvl_nanos);
   set_u64(h, "last_profile_encode_ns", last_profile_encode_nanos);
   set_u64(h, "record_bytes", rs.record_bytes);
@@ -212,6 +214,13 @@ static VALUE testing_age_bucket(VALUE self, VALUE age) {
   return UINT2NUM(recorder_age_bucket(to_u32(age)));
 }
 
+// Testing.fail_recorder_allocations(n): the recorder's next n allocations fail (fault injection).
+static VALUE testing_fail_recorder_allocations(VALUE self, VALUE n) {
+  (void)self;
+  recorder_testing_fail_allocations(to_u32(n));
+  return Qnil;
+}
+
 RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   VALUE mHeapscope = rb_define_module("Heapscope");
   eHeapscopeError = rb_define_class_under(mHeapscope, "Error", rb_eStandardError);
@@ -228,6 +237,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   VALUE mTesting = rb_define_module_under(mHeapscope, "Testing");
   rb_define_singleton_method(mTesting, "sampler_countdowns", testing_sampler_countdowns, 3);
   rb_define_singleton_method(mTesting, "age_bucket", testing_age_bucket, 1);
+  rb_define_singleton_method(mTesting, "fail_recorder_allocations", testing_fail_recorder_allocations, 1);
 
   capture_init();
 }

@@ -45,7 +45,7 @@ void names_code_info(const names *n, uint32_t code_id, uint32_t *function_id, ui
 
 // In the allocation hook (no Ruby allocation): the string id of obj's class name: "String",
 // "Foo::Bar", "<anonymous subclass of Parent>", or "<hidden>" for VM-internal objects without a
-// class. STRTAB_ERROR when memory is short.
+// class. (A metaclass is labelled "Class": it is marked singleton only after its allocation.) STRTAB_ERROR when memory is short.
 uint32_t names_class_id(strtab *strings, VALUE obj);
 
 #endif

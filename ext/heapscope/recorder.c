@@ -58,6 +58,21 @@ struct recorder {
   recorder_stats stats;
 };
 
+// ---- Test-only fault injection (recorder_testing_fail_allocations) ----
+
+static uint32_t failing_allocations; // the next this many recorder allocations fail
+
+static bool injected_failure(void) {
+  if (__builtin_expect(failing_allocations == 0, 1)) return false;
+  failing_allocations--;
+  return true;
+}
+static void *rec_malloc(size_t n) { return injected_failure() ? NULL : malloc(n); }
+static void *rec_calloc(size_t count, size_t n) { return injected_failure() ? NULL : calloc(count, n); }
+static void *rec_realloc(void *p, size_t n) { return injected_failure() ? NULL : realloc(p, n); }
+
+void recorder_testing_fail_allocations(uint32_t n) { failing_allocations = n; }
+
 recorder *recorder_new(const recorder_config *config) {
   recorder *r = calloc(1, sizeof(recorder));
   if (r == NULL) return NULL;
@@ -105,7 +120,7 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
   if (id == IDINDEX_NONE) {
     if (r->alloc_count == r->alloc_capacity) {
       uint32_t capacity = r->alloc_capacity ? r->alloc_capacity * 2 : 256;
-      alloc_counter *allocs = realloc(r->allocs, sizeof(alloc_counter) * capacity);
+      alloc_counter *allocs = rec_realloc(r->allocs, sizeof(alloc_counter) * capacity);
       if (allocs == NULL) return false;
       r->allocs = allocs;
       r->alloc_capacity = capacity;
@@ -150,7 +165,7 @@ void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t 
   }
   if (r->record_count == r->record_capacity) {
     size_t capacity = r->record_capacity ? r->record_capacity * 2 : 1024;
-    record *records = realloc(r->records, sizeof(record) * capacity);
+    record *records = rec_realloc(r->records, sizeof(record) * capacity);
     if (records == NULL) {
       r->stats.dropped_no_memory++;
       stacktab_release(r->stacks, stack_id);
@@ -187,11 +202,28 @@ static void measure_record(recorder *r, record *rec) {
   }
 }
 
+// Checks that a record still points at an object. Liveness makes this always true; the check turns a
+// bug into a counted, dropped record instead of a crash in memsize_of.
+static bool record_is_valid(VALUE obj) {
+  if (RB_SPECIAL_CONST_P(obj)) return false;
+  switch (RB_BUILTIN_TYPE(obj)) {
+    case RUBY_T_NONE: case RUBY_T_MOVED: case RUBY_T_ZOMBIE: case RUBY_T_IMEMO: return false;
+    default: return true;
+  }
+}
+
 void recorder_on_gc_end_mark(recorder *r) {
   size_t kept = 0;
   for (size_t i = 0; i < r->record_count; i++) {
     record *rec = &r->records[i];
-    if ((rec->flags & RECORD_UNMEASURED) && !RB_TYPE_P(rec->obj, T_DATA)) measure_record(r, rec);
+    // The type check matters when an earlier GC ran without this hook: Ruby skips internal-event hooks
+    // while another one runs, so a GC triggered by an allocation inside someone else's NEWOBJ hook
+    // (ObjectSpace.trace_object_allocations under GC.stress does it) has no GC_END_MARK for us, and
+    // objects it swept are still recorded here. Their slots are free now (T_NONE, unmarked: dropped
+    // below) or reused; memsize_of on a free slot is a [BUG] abort.
+    if ((rec->flags & RECORD_UNMEASURED) && record_is_valid(rec->obj) && !RB_TYPE_P(rec->obj, T_DATA)) {
+      measure_record(r, rec);
+    }
     // An unmarked object is garbage: it will be swept (its slot freed, maybe reused) before the
     // mutator runs again, so the record must go now. Old objects keep their mark bits through minor
     // GCs, so this is right for minor and major GCs alike.
@@ -215,16 +247,6 @@ uint32_t recorder_age_bucket(uint32_t age) {
   uint32_t bucket = 1;
   while (age >>= 1) bucket <<= 1;
   return bucket;
-}
-
-// Checks that a record still points at an object. Liveness makes this always true; the check turns a
-// bug into a counted, dropped record instead of a crash in memsize_of.
-static bool record_is_valid(VALUE obj) {
-  if (RB_SPECIAL_CONST_P(obj)) return false;
-  switch (RB_BUILTIN_TYPE(obj)) {
-    case RUBY_T_NONE: case RUBY_T_MOVED: case RUBY_T_ZOMBIE: case RUBY_T_IMEMO: return false;
-    default: return true;
-  }
 }
 
 // ---- Snapshots ----
@@ -251,8 +273,11 @@ static bool live_key_equals(const void *ctx, uint32_t id, const void *key) {
 }
 
 // Measures every record, and sums those old enough for the profile per (stack, class, age bucket).
+// The walk always finishes (it also compacts out invalid records), even when memory runs short for
+// the grouping: then it returns false.
 static bool group_live_records(recorder *r, uint32_t min_age, live_groups *groups) {
   uint32_t gc_now = (uint32_t)rb_gc_count();
+  bool grouping = true;
   size_t kept = 0;
   for (size_t i = 0; i < r->record_count; i++) {
     record *rec = &r->records[i];
@@ -266,20 +291,23 @@ static bool group_live_records(recorder *r, uint32_t min_age, live_groups *group
     uint32_t age = gc_now - rec->alloc_gc;
     if (age < min_age && !(rec->flags & RECORD_UNMEASURED)) continue;
     measure_record(r, rec);
-    if (age < min_age) continue;
+    if (age < min_age || !grouping) continue;
     live_key key = {rec->stack_id, rec->class_id, recorder_age_bucket(age)};
     uint32_t hash = idindex_hash_bytes(&key, sizeof key);
     uint32_t id = idindex_find(&groups->index, hash, live_key_equals, groups, &key);
     if (id == IDINDEX_NONE) {
+      if (!idindex_insert(&groups->index, hash, groups->count + 1)) {
+        grouping = false;
+        continue;
+      }
       id = ++groups->count;
       groups->groups[id - 1] = (live_group){.key = key};
-      if (!idindex_insert(&groups->index, hash, id)) return false;
     }
     groups->groups[id - 1].objects += rec->weight;
     groups->groups[id - 1].bytes += (int64_t)(rec->weight * rec->size);
   }
   r->record_count = kept;
-  return true;
+  return grouping;
 }
 
 // Turns stacks into snapshot locations, once per stack: frames become {function, file, line}; C
@@ -304,7 +332,7 @@ static bool resolve_stack(stack_resolver *sr, uint32_t stack_id, uint32_t *offse
   uint32_t n;
   const uint32_t *frame_ids = stacktab_stack(sr->r->stacks, stack_id, &n);
   if (n > sr->scratch_capacity) {
-    uint32_t *scratch = realloc(sr->scratch, sizeof(uint32_t) * n);
+    uint32_t *scratch = rec_realloc(sr->scratch, sizeof(uint32_t) * n);
     if (scratch == NULL) return false;
     sr->scratch = scratch;
     sr->scratch_capacity = n;
@@ -362,7 +390,7 @@ static bool add_sample(stack_resolver *sr, uint32_t stack_id, uint32_t class_id,
 
 hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age) {
   hs_snapshot *s = snapshot_new();
-  live_groups groups = {.groups = malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
+  live_groups groups = {.groups = rec_malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
   stack_resolver sr = {.r = r, .code_names = code_names, .snapshot = s};
   bool ok = s != NULL && groups.groups != NULL && idindex_init(&groups.index, 64) &&
             group_live_records(r, min_age, &groups);
@@ -372,7 +400,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
     for (uint32_t i = 0; i < r->alloc_count; i++) max_id = r->allocs[i].key.stack_id > max_id ? r->allocs[i].key.stack_id : max_id;
     for (uint32_t i = 0; i < groups.count; i++) max_id = groups.groups[i].key.stack_id > max_id ? groups.groups[i].key.stack_id : max_id;
     sr.stack_slice_count = max_id + 1;
-    sr.stack_slices = calloc(sr.stack_slice_count, sizeof(uint32_t[2]));
+    sr.stack_slices = rec_calloc(sr.stack_slice_count, sizeof(uint32_t[2]));
     ok = sr.stack_slices != NULL;
   }
   // Allocation counters first (alloc_* values, no gc_age), then live groups (inuse_* values).

@@ -86,4 +86,10 @@ void recorder_get_stats(const recorder *r, recorder_stats *stats);
 // samples stay aggregated as objects age.
 uint32_t recorder_age_bucket(uint32_t age);
 
+// ---- Test-only (Heapscope::Testing.fail_recorder_allocations) ----
+
+// Fault injection: the recorder's next n allocations of its own (records, counters, snapshot
+// scratch) fail as if memory were short; 0 turns it off. Process-wide.
+void recorder_testing_fail_allocations(uint32_t n);
+
 #endif

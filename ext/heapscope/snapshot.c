@@ -60,7 +60,8 @@ uint32_t snapshot_add_stack(hs_snapshot *s, const uint32_t *location_ids, uint32
     return UINT32_MAX;
   }
   uint32_t offset = (uint32_t)s->location_id_count;
-  memcpy(s->location_ids + offset, location_ids, sizeof(uint32_t) * n);
+  // An empty stack may come first, while location_ids is still NULL: no pointer arithmetic on it then.
+  if (n > 0) memcpy(s->location_ids + offset, location_ids, sizeof(uint32_t) * n);
   s->location_id_count += n;
   return offset;
 }

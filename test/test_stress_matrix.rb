@@ -1,0 +1,450 @@
+# frozen_string_literal: true
+
+require "minitest/autorun"
+require "fileutils"
+require "open3"
+require "rbconfig"
+require "tempfile"
+
+# The stress matrix (issue 6): every cell runs in its own Ruby process, so a crash (SIGSEGV, abort, a
+# [BUG]) fails that cell instead of killing the test runner. Each cell checks its own invariants and
+# prints "OK <details>"; the test here checks the exit status and that line.
+#
+# Oracle: where sample_every is 1, the profile must count exactly the objects that
+# ObjectSpace.trace_object_allocations says were allocated at that line and are still alive after a GC.
+# That comparison stays exact even when the conservative GC keeps a stray temporary alive.
+#
+# Short form in the suite (< 60 s); HEAPSCOPE_STRESS_LONG=1 scales every cell up (minutes);
+# HEAPSCOPE_STRESS_VERBOSE=1 prints each cell's "OK" line.
+class TestStressMatrix < Minitest::Test
+  ROOT = File.expand_path("..", __dir__)
+  LONG = ENV["HEAPSCOPE_STRESS_LONG"] == "1"
+  SCALE = LONG ? 10 : 1
+
+  # Loaded by every cell before its body.
+  PRELUDE = <<~'RUBY'
+    # frozen_string_literal: false
+    require "heapscope"
+    require "heapscope/pprof"
+    require "objspace"
+    require "stringio"
+    SCALE = SCALE_VALUE
+    $stdout.sync = true
+
+    # Starts the oracle's allocation tracing (see compare_with_objectspace), from here so that what it
+    # allocates is not on a line of the cell's body.
+    def start_oracle
+      ObjectSpace.trace_object_allocations_start
+    end
+
+    def check(cond, message)
+      raise "cell check failed: #{message}" unless cond
+    end
+
+    def decoded(**options)
+      prof = Heapscope::Pprof.decode(Heapscope.profile(**options))
+      Heapscope::Pprof.validate!(prof)
+      prof
+    end
+
+    FILE = File.expand_path(__FILE__)
+    BODY_LINE = PRELUDE_LINES + 2 # the cell's body follows the prelude and one empty line
+
+    # inuse_objects per [leaf line, class label] for samples allocated in the cell's body.
+    def live_by_line_and_class(prof)
+      counts = Hash.new(0)
+      prof.samples.each do |s|
+        leaf = s.frames.first
+        next unless leaf && leaf.file == FILE && leaf.line >= BODY_LINE
+        counts[[leaf.line, s.labels["class"]]] += s.value("inuse_objects")
+      end
+      counts
+    end
+
+    # Takes a profile after a GC and compares it, per [line, class], with the oracle: the live objects
+    # of classes that ObjectSpace's allocation tracing (on since the cell began, so no stale entries
+    # for reused slots) says were allocated at that line. Class.new also allocates the class's
+    # metaclass, a hidden object ObjectSpace does not list; it is labelled Class too: each counts 2.
+    # Returns [profile, groups]: groups maps [line, class] to the objects counted, so a later
+    # comparison (compare_with_groups) can reuse them: ObjectSpace's allocation table does not follow
+    # objects moved by compaction, and holding them keeps the counts stable.
+    def compare_with_objectspace(classes, label = "profile", bytes: false)
+      GC.start
+      GC.disable # nothing may die between the count and the profile
+      groups = Hash.new { |h, k| h[k] = [] }
+      classes.each do |k|
+        ObjectSpace.each_object(k) do |o|
+          next unless o.class == k
+          line = ObjectSpace.allocation_sourceline(o)
+          groups[[line, k.name]] << o if line && line >= BODY_LINE && ObjectSpace.allocation_sourcefile(o) == FILE
+        end
+      end
+      GC.enable
+      names = classes.map(&:name)
+      prof = compare_with_groups(groups, label, bytes: bytes, others: names)
+      [prof, groups]
+    end
+
+    # Compares a fresh profile with groups ([line, class] -> objects): counts (a Class counts 2: its
+    # metaclass, hidden from ObjectSpace, is labelled Class too) and, with bytes, inuse_space against
+    # memsize_of (Class left out: reading a metaclass from Ruby creates its own metaclass). others:
+    # class names whose samples at body lines outside groups must not exist.
+    def compare_with_groups(groups, label, bytes: false, others: [])
+      prof = decoded(gc: true)
+      got = Hash.new(0)
+      got_bytes = Hash.new(0)
+      prof.samples.each do |s|
+        leaf = s.frames.first
+        next unless leaf && leaf.file == FILE && leaf.line >= BODY_LINE
+        got[[leaf.line, s.labels["class"]]] += s.value("inuse_objects")
+        got_bytes[[leaf.line, s.labels["class"]]] += s.value("inuse_space")
+      end
+      want = groups.transform_values { |os| os.sum { |o| o.instance_of?(Class) ? 2 : 1 } }
+      keys = want.keys | got.keys.select { |k, _| others.include?(k[1]) && got[k] > 0 }
+      src = File.readlines(FILE)
+      bad = keys.reject { |k| want.fetch(k, 0) == got[k] }
+      check(bad.empty?, "#{label} vs ObjectSpace ([line, class], want, got, source): " +
+                        bad.sort.first(12).map { |k| [k, want[k], got[k], src[k[0] - 1].strip] }.inspect)
+      if bytes
+        bad = groups.reject { |(_, klass), _| klass == "Class" }.filter_map do |k, os|
+          size = os.sum { |o| ObjectSpace.memsize_of(o) }
+          [k, size, got_bytes[k]] if size != got_bytes[k]
+        end
+        check(bad.empty?, "#{label}: inuse_space vs memsize_of ([line, class], want, got): #{bad.first(12).inspect}")
+      end
+      prof
+    end
+
+    def assert_clean
+      stats = Heapscope.stats
+      check(stats[:invalid_records] == 0, "invalid_records #{stats[:invalid_records]}")
+      check(stats[:gc_runs_missed] == 0, "gc_runs_missed #{stats[:gc_runs_missed]}")
+      check(stats[:dropped] == 0, "dropped #{stats[:dropped]}")
+    end
+  RUBY
+
+  # Open3.capture3 with a deadline: on expiry the cell's whole process group (forked children too) is
+  # killed and the test fails with what it printed so far.
+  def capture_with_timeout(seconds, env, *cmd)
+    Open3.popen3(env, *cmd, pgroup: true) do |stdin, stdout, stderr, wait|
+      stdin.close
+      readers = [stdout, stderr].map { |io| Thread.new { io.read } }
+      unless wait.join(seconds)
+        Process.kill(:KILL, -wait.pid) rescue Errno::ESRCH # rubocop:disable Style/RescueModifier
+        wait.join
+        flunk "cell timed out after #{seconds} s and was killed\n--- stdout\n#{readers[0].value}\n--- stderr\n#{readers[1].value}"
+      end
+      [readers[0].value, readers[1].value, wait.value]
+    end
+  end
+
+  # Runs body (Ruby source) in a child process with PRELUDE; returns the "OK ..." line.
+  def run_cell(name, body, timeout: 120)
+    Tempfile.create(["stress_#{name}_", ".rb"]) do |f|
+      f.write(PRELUDE.sub("PRELUDE_LINES", PRELUDE.lines.size.to_s).sub("SCALE_VALUE", SCALE.to_s), "\n", body)
+      f.flush
+      out, err, status = capture_with_timeout(timeout * SCALE, { "RUBYOPT" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), f.path)
+      unless status.success?
+        # Keep the failing cell, and Ruby's whole crash report, for a rerun by hand.
+        kept = File.join(ROOT, "tmp/stress_failures")
+        FileUtils.mkdir_p(kept)
+        FileUtils.cp(f.path, File.join(kept, "#{name}.rb"))
+        File.write(File.join(kept, "#{name}.stderr"), err)
+      end
+      relevant = err.lines.reject { |l| l.match?(/\A\h+-\h+ [r-][w-][x-]/) } # drop the memory map of a crash report
+      detail = "cell #{name}: #{status.inspect} (script and stderr kept in tmp/stress_failures/)\n" \
+               "--- stdout\n#{out}\n--- stderr\n#{relevant.first(60).join}"
+      assert status.success?, detail
+      ok = out.lines.grep(/\AOK\b/).last
+      assert ok, detail
+      $stdout.puts("\n  #{name}: #{ok}") if ENV["HEAPSCOPE_STRESS_VERBOSE"]
+      ok
+    end
+  end
+
+  def test_every_builtin_type_counted_exactly
+    run_cell("types", <<~'RUBY')
+      Point = Struct.new(:x, :y)
+      class Plain; end
+      Heapscope.start(sample_every: 1, max_overhead: nil)
+      start_oracle
+      keep = []
+      n = 50 * SCALE
+      n.times do |i|
+        keep << Object.new
+        keep << "string #{i}".freeze # frozen strings (the interpolation's i.to_s is garbage)
+        keep << :"dynamic_symbol_#{i}_#{rand(1 << 30)}" # dynamic symbols are heap objects
+        keep << (2**100 + i) # Bignum
+        keep << (i + 0.5) * 1e-310 # a heap Float (too small for a flonum)
+        keep << proc { i }
+        keep << lambda { i }
+        keep << Fiber.new { i }
+        keep << Regexp.new("a#{i}b")
+        keep << /(\d+)/.match("x#{i}y")
+        keep << (i..i + 10)
+        keep << Rational(i + 1, 3)
+        keep << Complex(i, 1)
+        keep << Class.new
+        keep << Module.new
+        keep << Point.new(i, i)
+        keep << Plain.new
+        keep << StringIO.new
+        keep << Thread::Mutex.new
+        keep << [i]
+        keep << { i => i }
+        keep << Time.at(i) # (left out of the oracle: ObjectSpace puts it in <internal:timev>, the profile at this line)
+        keep << method(:puts)
+        keep << [1, 2].each
+      end
+      classes = [Object, String, Symbol, Integer, Float, Proc, Fiber, Regexp, MatchData, Range, Rational,
+                 Complex, Class, Module, Point, Plain, StringIO, Thread::Mutex, Array, Hash, Method,
+                 Enumerator]
+      prof, groups = compare_with_objectspace(classes, bytes: true)
+      # Every class was seen at least n times (the oracle is not vacuous).
+      per_class = groups.each_with_object(Hash.new(0)) { |((_, klass), os), h| h[klass] += os.size }
+      classes.each { |k| check(per_class[k.name] >= n, "#{k}: only #{per_class[k.name]} traced") }
+      # Sizes: every live sample has bytes; re-measuring (frozen objects once) keeps working.
+      check(prof.samples.all? { |s| s.value("inuse_space") > 0 || s.value("inuse_objects") == 0 }, "a live sample without bytes")
+      5.times { decoded(gc: true) }
+      keep.clear
+      groups = nil
+      compare_with_objectspace(classes, "after the objects died")
+      assert_clean
+      puts "OK #{per_class.values.sum} objects of #{classes.size} classes"
+    RUBY
+  end
+
+  def test_gc_stress_with_mixed_types
+    run_cell("gc_stress", <<~'RUBY')
+      Heapscope.start(sample_every: 1, max_overhead: nil)
+      BIG = 2**70
+      keep = []
+      n = 20 * SCALE
+      GC.stress = true
+      n.times do |i|
+        keep << [i] # ARRAY
+        keep << { i => i } # HASH
+        keep << Object.new # OBJECT
+        keep << proc { i } # PROC
+        keep << BIG + i # BIGNUM
+        keep << "s#{i}" << Regexp.new("x#{i}") << Class.new << StringIO.new << Fiber.new { i } # MIXED
+        [Object.new, "garbage #{i}", [i, i]] # GARBAGE
+        decoded if i % 10 == 0 # profiles under stress too
+      end
+      GC.stress = false
+      prof = decoded(gc: true)
+      got = live_by_line_and_class(prof)
+      src = File.readlines(__FILE__)
+      at = ->(marker) { src.index { |l| l.include?("# #{marker}") } + 1 }
+      { "ARRAY" => "Array", "HASH" => "Hash", "OBJECT" => "Object", "PROC" => "Proc", "BIGNUM" => "Integer" }.each do |marker, klass|
+        check(got[[at.(marker), klass]] == n, "#{klass}: #{got[[at.(marker), klass]]} live, want #{n}")
+      end
+      check(got[[at.("GARBAGE"), "Object"]] <= 2, "garbage Objects mostly gone: #{got[[at.("GARBAGE"), "Object"]]}")
+      assert_clean
+      puts "OK #{Heapscope.stats[:tracked_objects]} tracked, #{Heapscope.stats[:dead_removed]} dead removed"
+    RUBY
+  end
+
+  # Regression: Ruby runs no internal-event hook while another runs, so a GC triggered by an allocation
+  # inside another tool's NEWOBJ hook (here ObjectSpace's allocation tracing, under GC.stress) has no
+  # GC_END_MARK for heapscope. Objects that GC swept stayed recorded, and measuring one was a
+  # "[BUG] memsize_of(): unknown data type 0x0" abort. Counts may be off then (stats[:gc_runs_missed]
+  # says so); nothing may crash.
+  def test_another_tools_newobj_hook_under_gc_stress
+    run_cell("other_hooks", <<~'RUBY')
+      Heapscope.start(sample_every: 1, max_overhead: nil)
+      ObjectSpace.trace_object_allocations_start
+      keep = []
+      GC.stress = true
+      (30 * SCALE).times do |i|
+        keep << "s#{i}" << [i] << { i => i } << Object.new << Regexp.new("x#{i}")
+        [Object.new, "garbage #{i}"]
+        # (No profile here: Heapscope.profile under GC.stress with ObjectSpace tracing on hits a
+        # "[BUG] during_gc != 0" inside objspace's own hook; see docs/robustness.md, open findings.)
+      end
+      GC.stress = false
+      decoded(gc: true)
+      ObjectSpace.trace_object_allocations_stop
+      keep.clear
+      3.times { decoded(gc: true) }
+      stats = Heapscope.stats
+      check(stats[:gc_runs_missed] > 0, "the GCs run inside ObjectSpace's hook are reported as missed")
+      puts "OK #{stats.slice(:tracked_objects, :dead_removed, :invalid_records, :gc_runs_seen, :gc_runs_missed)}"
+    RUBY
+  end
+
+  def test_compaction_modes
+    skip "GC.compact is not supported here" unless GC.respond_to?(:compact)
+    run_cell("compaction", <<~'RUBY')
+      Heapscope.start(sample_every: 1, max_overhead: nil)
+      start_oracle
+      keep = []
+      classes = [String, Array, Hash, Object, Proc, Symbol]
+      (300 * SCALE).times do |i|
+        keep << "kept #{i}" << [i] << { i => 1 } << Object.new << proc { i } << :"compact_sym_#{i}"
+        Thread.new { 20.times { |j| [j, "g#{j}"] } }.join if i % 50 == 0 # garbage between, so objects move
+      end
+      _, groups = compare_with_objectspace(classes, "before", bytes: true)
+      compare = lambda do |label|
+        compare_with_groups(groups, label, bytes: true) # sizes are read from the objects where they are now
+        assert_clean
+      end
+      GC.compact
+      compare.call("GC.compact")
+      GC.verify_compaction_references(double_heap: true, toward: :empty)
+      compare.call("verify_compaction_references")
+      begin
+        GC.auto_compact = true
+        5.times do |round|
+          keep.concat(Array.new(100) { |i| "auto #{round} #{i}" })
+          Array.new(2000) { |i| "garbage #{i}" }
+          GC.start
+        end
+      ensure
+        GC.auto_compact = false
+      end
+      compare.call("auto_compact")
+      puts "OK compaction #{Heapscope.stats[:tracked_objects]} tracked"
+    RUBY
+  end
+
+  def test_many_threads_allocating
+    run_cell("threads", <<~'RUBY')
+      Heapscope.start(sample_every: 1, max_overhead: nil)
+      threads_n = 8
+      per = 2000 * SCALE
+      keeps = Array.new(threads_n) { [] }
+      started = Queue.new
+      threads = Array.new(threads_n) do |t|
+        Thread.new do
+          started << t
+          per.times { |i| keeps[t] << "t#{t} #{i}"; Thread.pass if i % 97 == 0 } # THREAD SITE
+        end
+      end
+      # While they allocate: profiles and GCs from the main thread.
+      5.times { decoded; GC.start; sleep 0.005 }
+      threads.each(&:join)
+      prof = decoded(gc: true)
+      line = File.readlines(__FILE__).index { |l| l.include?("# THREAD SITE") } + 1
+      got = live_by_line_and_class(prof)[[line, "String"]]
+      check(got == threads_n * per, "thread site: #{got} != #{threads_n * per}")
+      assert_clean
+      puts "OK #{got} strings from #{threads_n} threads"
+    RUBY
+  end
+
+  def test_fork_while_threads_allocate_and_during_snapshots
+    skip "fork is not available" unless Process.respond_to?(:fork)
+    # LLVM 14's ASan allocator is not fork-safe: a child forked while another thread is inside malloc
+    # (here the encoder, running without the GVL) waits forever on the allocator's lock. glibc's malloc
+    # resets its locks at fork, so the cell runs everywhere but under `rake asan`.
+    skip "the ASan runtime's allocator deadlocks children forked while threads malloc" if ENV["LD_PRELOAD"].to_s.include?("asan")
+    run_cell("fork", <<~'RUBY')
+      Heapscope.start(sample_every: 1, max_overhead: nil)
+      keep = []
+      200.times { |i| keep << "before fork #{i}" } # BEFORE
+      GC.start
+      stop = false
+      allocators = Array.new(3) { |t| Thread.new { a = []; until stop; a << "t#{t}"; a.clear if a.size > 1000; end } }
+      # A thread taking profiles: forks land in the middle of snapshots (the encoder runs without the GVL).
+      profiler = Thread.new { until stop; Heapscope.profile; end }
+      line = File.readlines(__FILE__).index { |l| l.include?("# BEFORE") } + 1
+      children = (3 * SCALE).times.map do |round|
+        sleep 0.01
+        reader, writer = IO.pipe
+        pid = fork do
+          reader.close
+          # Threads other than this one are gone in the child; the profiler state must be usable.
+          50.times { |i| keep << "child #{i}" }
+          prof = decoded(gc: true)
+          live = live_by_line_and_class(prof)[[line, "String"]]
+          stats = Heapscope.stats
+          writer.write([live, stats[:invalid_records], prof.comments.grep(/pid/).first.to_s].inspect)
+          writer.close
+          exit!(0)
+        end
+        writer.close
+        result = eval(reader.read) # rubocop:disable Security/Eval -- our own child's output
+        Process.wait(pid)
+        check($?.success?, "child #{round} exited #{$?.inspect}")
+        check(result[0] == 200, "child #{round} sees #{result[0]} of the 200 inherited objects")
+        check(result[1] == 0, "child #{round}: invalid records")
+        check(result[2].include?("pid #{pid}"), "child #{round} labels its pid: #{result[2]}")
+        pid
+      end
+      stop = true
+      (allocators + [profiler]).each(&:join)
+      prof = decoded(gc: true)
+      check(live_by_line_and_class(prof)[[line, "String"]] == 200, "parent keeps its 200")
+      assert_clean
+      puts "OK #{children.size} forks"
+    RUBY
+  end
+
+  def test_start_stop_profile_from_several_threads
+    run_cell("api_race", <<~'RUBY')
+      errors = Queue.new
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 2.0 * SCALE
+      ops = Hash.new(0)
+      threads = Array.new(6) do |t|
+        Thread.new do
+          rng = Random.new(t)
+          keep = []
+          while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+            op = %i[start stop profile profile_gc stats reset allocate allocs].sample(random: rng)
+            begin
+              case op
+              when :start then Heapscope.start(sample_every: 1 + rng.rand(3), max_overhead: nil)
+              when :stop then Heapscope.stop
+              when :profile then Heapscope::Pprof.validate!(Heapscope::Pprof.decode(Heapscope.profile))
+              when :profile_gc then Heapscope.profile(gc: true)
+              when :stats then Heapscope.stats
+              when :reset then Heapscope.reset
+              when :allocs then Heapscope.profile(type: :allocs)
+              when :allocate then 200.times { keep << "x" * rng.rand(100) }; keep.shift(150)
+              end
+              ops[op] += 1
+            rescue Heapscope::Error
+              ops[:"#{op}_refused"] += 1 # start while running, profile while stopped: expected
+            rescue => e
+              errors << "#{op}: #{e.class}: #{e.message}"
+            end
+          end
+        end
+      end
+      threads.each(&:join)
+      check(errors.empty?, "unexpected errors: #{Array.new(errors.size) { errors.pop }.uniq.first(5).inspect}")
+      check(ops[:profile] + ops[:profile_gc] > 0 && ops[:start] > 0 && ops[:stop] > 0, "every verb ran: #{ops.inspect}")
+      if Heapscope.running?
+        check(Heapscope.stats[:invalid_records] == 0, "invalid records")
+        Heapscope.stop
+      end
+      puts "OK #{ops.values.sum} calls #{ops.sort.to_h.inspect}"
+    RUBY
+  end
+
+  def test_gc_stress_with_threads_compaction_and_profiles_together
+    skip "GC.compact is not supported here" unless GC.respond_to?(:compact)
+    run_cell("everything", <<~'RUBY')
+      Heapscope.start(sample_every: 1, max_overhead: nil)
+      keep = Queue.new
+      threads = Array.new(3) do |t|
+        Thread.new { (60 * SCALE).times { |i| keep << "t#{t} #{i}"; [i, "garbage"] } } # STRESS SITE
+      end
+      GC.stress = true
+      5.times { decoded; Thread.pass }
+      GC.stress = false
+      threads.each(&:join)
+      GC.compact
+      GC.auto_compact = true
+      3.times { Array.new(500) { |i| "g#{i}" }; GC.start; decoded }
+      GC.auto_compact = false
+      prof = decoded(gc: true)
+      line = File.readlines(__FILE__).index { |l| l.include?("# STRESS SITE") } + 1
+      count = live_by_line_and_class(prof)[[line, "String"]]
+      check(count == 3 * 60 * SCALE, "#{count} strings live at the threads' site")
+      assert_clean
+      puts "OK #{keep.size} kept, #{Heapscope.stats[:gc_runs_seen]} GCs seen"
+    RUBY
+  end
+end
