@@ -74,12 +74,10 @@ module Heapscope
     #   min_age: leave out objects that survived fewer GCs than this (default: the start option).
     def profile(**options)
       opts = check_profile_options(options)
-      unless running?
-        raise Error, "heapscope is not running: call Heapscope.start before asking for a profile"
-      end
-
-      GC.start(full_mark: true, immediate_sweep: true) if opts[:gc]
-      Native._profile(opts[:type] == :allocs, opts[:min_age] || @config[:min_age])
+      GC.start(full_mark: true, immediate_sweep: true) if opts[:gc] && running?
+      # Raises Heapscope::Error when not running, saying why (never started, stopped, or disabled by
+      # the fail-safe after an internal error).
+      Native._profile(opts[:type] == :allocs, opts[:min_age] || @config&.fetch(:min_age) || 0)
     end
 
     # Writes profile(**options) to path atomically (temp file in the same directory, then rename),

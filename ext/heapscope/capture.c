@@ -1,6 +1,7 @@
 #include "capture.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <ruby/debug.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +32,29 @@ static struct {
 
   VALUE holder, newobj_hook, gc_hook;
   uint32_t last_gc_count; // rb_gc_count() at the last GC_END_MARK (or at start)
+  const char *failure;    // set by capture_fail: sampling is off until the next start
+  uint64_t invalid_seen;  // the recorder's invalid_records when last checked
   capture_stats stats;
 } cap;
+
+// ---- The fail-safe ----
+
+void capture_fail(const char *reason) {
+  if (cap.failure != NULL) return;
+  cap.failure = reason;
+  cap.countdown = UINT64_MAX; // the hook only counts down from now on; capture_stop removes it
+  fprintf(stderr, "heapscope: internal error (%s); profiling is disabled, the application is unaffected\n", reason);
+}
+
+const char *capture_failure(void) { return cap.failure; }
+
+// A record that points at no object means the liveness invariant broke: stop before anything reads it.
+static void check_invariants(void) {
+  recorder_stats stats;
+  recorder_get_stats(cap.recorder, &stats);
+  if (stats.invalid_records > cap.invalid_seen) capture_fail("a tracked record pointed at no object");
+  cap.invalid_seen = stats.invalid_records;
+}
 
 // ---- The hooks (inside the allocation or the GC: no Ruby allocation, no raise) ----
 
@@ -124,6 +146,7 @@ static void on_gc_end_mark(VALUE tracepoint, void *unused) {
   if (gc_count - cap.last_gc_count > 1) cap.stats.gc_end_marks_missed += gc_count - cap.last_gc_count - 1;
   cap.last_gc_count = gc_count;
   recorder_on_gc_end_mark(cap.recorder);
+  check_invariants();
   charge(started);
 }
 
@@ -210,6 +233,8 @@ bool capture_start(const capture_config *config) {
   budget_init(&cap.budget, config->max_overhead, config->sample_every, now_nanos());
   cap.countdown = sampler_next_countdown(&cap.sampler);
   cap.last_gc_count = (uint32_t)rb_gc_count();
+  cap.failure = NULL;
+  cap.invalid_seen = 0;
   cap.running = true;
   rb_tracepoint_enable(cap.gc_hook);
   rb_tracepoint_enable(cap.newobj_hook);
@@ -227,6 +252,10 @@ void capture_stop(void) {
 bool capture_running(void) { return cap.running; }
 const capture_config *capture_current_config(void) { return &cap.config; }
 recorder *capture_recorder(void) { return cap.recorder; }
+
+void capture_check_invariants(void) {
+  if (cap.running) check_invariants();
+}
 names *capture_names(void) { return cap.names; }
 void capture_get_stats(capture_stats *stats) {
   *stats = cap.stats;

@@ -46,6 +46,16 @@ typedef struct {
   double last_overhead;       // sampling time / wall time over the budget's last window
 } capture_stats;
 
+// The fail-safe: after an internal error (a broken invariant, such as a record that points at no
+// object) capture stops sampling at once (the hook's countdown is parked, so it does nothing more),
+// prints one line to stderr (no Ruby allocation: it may be called inside a hook) and remembers why.
+// The caller of the next API function finishes the job with capture_stop. Returns nothing, never raises.
+void capture_fail(const char *reason);
+// Why capture failed, or NULL.
+const char *capture_failure(void);
+// Checks the recorder's invariants (after a snapshot) and fails capture if one broke.
+void capture_check_invariants(void);
+
 // Once, from Init: creates the object through which the GC marks and compacts capture's state.
 void capture_init(void);
 

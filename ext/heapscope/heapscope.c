@@ -17,6 +17,29 @@ static uint64_t started_at_nanos;
 // How long the last profile held the GVL (naming, measuring, grouping, copying) and how long it
 // encoded and gzipped without it.
 static uint64_t last_profile_gvl_nanos, last_profile_encode_nanos;
+// The fail-safe (capture_fail): why profiling was disabled, and how often that happened.
+static const char *disabled_reason;
+static uint64_t internal_errors;
+
+// Finishes what capture_fail started, from outside any hook: stops capture, keeps the reason.
+// Returns true when profiling is (now) disabled by a failure.
+static bool settle_failure(void) {
+  const char *reason = capture_failure();
+  if (reason != NULL && capture_running()) {
+    capture_stop();
+    disabled_reason = reason;
+    internal_errors++;
+  }
+  return reason != NULL || disabled_reason != NULL;
+}
+
+static void raise_not_running(void) {
+  if (disabled_reason != NULL) {
+    rb_raise(eHeapscopeError, "heapscope disabled itself after an internal error (%s); the message on stderr "
+             "has the details. Heapscope.start starts it again", disabled_reason);
+  }
+  rb_raise(eHeapscopeError, "heapscope is not running: call Heapscope.start first");
+}
 
 static uint64_t wall_nanos(void) {
   struct timespec ts;
@@ -37,6 +60,7 @@ static uint32_t to_u32(VALUE value) { return (uint32_t)NUM2ULONG(value); }
 static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALUE min_age, VALUE track_sizes,
                           VALUE max_tracked_objects, VALUE max_stacks, VALUE slot_size, VALUE max_overhead) {
   (void)self;
+  settle_failure();
   if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
   capture_config config = {
     .sample_every = to_u32(sample_every),
@@ -51,6 +75,7 @@ static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALU
     },
   };
   if (!capture_start(&config)) rb_raise(rb_eNoMemError, "heapscope: not enough memory to start");
+  disabled_reason = NULL;
   started_at_nanos = wall_nanos();
   return Qtrue;
 }
@@ -64,6 +89,7 @@ static VALUE native_stop(VALUE self) {
 
 static VALUE native_running_p(VALUE self) {
   (void)self;
+  settle_failure();
   return capture_running() ? Qtrue : Qfalse;
 }
 
@@ -119,7 +145,8 @@ static VALUE new_binary_string(VALUE job_ptr) {
 // Native._profile(allocs, min_age) -> gzipped pprof String
 static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   (void)self;
-  if (!capture_running()) rb_raise(eHeapscopeError, "heapscope is not running: call Heapscope.start first");
+  settle_failure();
+  if (!capture_running()) raise_not_running();
   uint32_t age = to_u32(min_age);
   uint64_t gvl_started = monotonic_nanos();
   // Names need Ruby strings, so they are read here, before the snapshot (which allocates none).
@@ -129,6 +156,11 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   encode_job job = {0};
   job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), RTEST(allocs), age);
   if (job.snapshot == NULL) rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
+  capture_check_invariants();
+  if (settle_failure()) {
+    snapshot_free(job.snapshot);
+    raise_not_running();
+  }
   job.snapshot->period = capture_current_config()->sample_every;
   job.snapshot->duration_nanos = (int64_t)(wall_nanos() - started_at_nanos);
   job.snapshot->comments = profile_comments(age);
@@ -149,6 +181,7 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
 
 static VALUE native_reset(VALUE self) {
   (void)self;
+  settle_failure();
   if (capture_running()) recorder_reset_allocs(capture_recorder());
   return Qnil;
 }
@@ -158,8 +191,11 @@ static void set_u64(VALUE hash, const char *key, uint64_t value) { set(hash, key
 
 static VALUE native_stats(VALUE self) {
   (void)self;
+  settle_failure();
   VALUE h = rb_hash_new();
   set(h, "running", capture_running() ? Qtrue : Qfalse);
+  if (disabled_reason != NULL) set(h, "disabled_reason", rb_str_new_cstr(disabled_reason));
+  if (internal_errors > 0) set_u64(h, "internal_errors", internal_errors);
   if (!capture_running()) return h;
   capture_stats cs;
   recorder_stats rs;
@@ -221,6 +257,13 @@ static VALUE testing_fail_recorder_allocations(VALUE self, VALUE n) {
   return Qnil;
 }
 
+// Testing.corrupt_record: the first record now points at no object, as a bug would make it.
+static VALUE testing_corrupt_record(VALUE self) {
+  (void)self;
+  recorder_testing_corrupt_record(capture_recorder());
+  return Qnil;
+}
+
 RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   VALUE mHeapscope = rb_define_module("Heapscope");
   eHeapscopeError = rb_define_class_under(mHeapscope, "Error", rb_eStandardError);
@@ -238,6 +281,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mTesting, "sampler_countdowns", testing_sampler_countdowns, 3);
   rb_define_singleton_method(mTesting, "age_bucket", testing_age_bucket, 1);
   rb_define_singleton_method(mTesting, "fail_recorder_allocations", testing_fail_recorder_allocations, 1);
+  rb_define_singleton_method(mTesting, "corrupt_record", testing_corrupt_record, 0);
 
   capture_init();
 }

@@ -73,6 +73,10 @@ static void *rec_realloc(void *p, size_t n) { return injected_failure() ? NULL :
 
 void recorder_testing_fail_allocations(uint32_t n) { failing_allocations = n; }
 
+void recorder_testing_corrupt_record(recorder *r) {
+  if (r != NULL && r->record_count > 0) r->records[0].obj = Qnil;
+}
+
 recorder *recorder_new(const recorder_config *config) {
   recorder *r = calloc(1, sizeof(recorder));
   if (r == NULL) return NULL;
@@ -216,6 +220,11 @@ void recorder_on_gc_end_mark(recorder *r) {
   size_t kept = 0;
   for (size_t i = 0; i < r->record_count; i++) {
     record *rec = &r->records[i];
+    if (RB_SPECIAL_CONST_P(rec->obj)) { // never stored by recorder_track: a bug (the mark bitmap lookup would crash)
+      stacktab_release(r->stacks, rec->stack_id);
+      r->stats.invalid_records++;
+      continue;
+    }
     // The type check matters when an earlier GC ran without this hook: Ruby skips internal-event hooks
     // while another one runs, so a GC triggered by an allocation inside someone else's NEWOBJ hook
     // (ObjectSpace.trace_object_allocations under GC.stress does it) has no GC_END_MARK for us, and

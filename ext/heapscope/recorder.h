@@ -91,5 +91,7 @@ uint32_t recorder_age_bucket(uint32_t age);
 // Fault injection: the recorder's next n allocations of its own (records, counters, snapshot
 // scratch) fail as if memory were short; 0 turns it off. Process-wide.
 void recorder_testing_fail_allocations(uint32_t n);
+// Fault injection: makes the first record point at no object, as a bug would.
+void recorder_testing_corrupt_record(recorder *r);
 
 #endif
