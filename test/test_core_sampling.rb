@@ -107,7 +107,11 @@ class TestCoreBudget < Minitest::Test
   def test_budget_raises_the_rate_again_when_load_drops
     Heapscope.start(sample_every: 1, max_overhead: 0.001)
     keep = []
-    keep_objects(keep, 200_000)
+    # Load until the budget has lowered the rate (a window is 100 ms; give it at most 5 s).
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 5
+    while Heapscope.stats[:current_sample_every] == 1 && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+      keep_objects(keep, 50_000)
+    end
     lowered = Heapscope.stats[:current_sample_every]
     assert_operator lowered, :>, 1
     # Quiet periods: a few allocations per 120 ms window cost far less than the budget.

@@ -11,6 +11,16 @@
 #include "budget.h"
 #include "sampler.h"
 
+// A direct-mapped cache from what rb_profile_frames returns, {frame VALUE, line}, to the frame id it
+// was interned as: most samples repeat frames already seen, and a hit skips two hash-table lookups.
+// Entries stay valid for the whole run (frames are never freed, frame VALUEs stay pinned by names).
+#define FRAME_CACHE_SIZE 4096
+typedef struct {
+  VALUE frame;
+  int32_t line;
+  uint32_t frame_id; // 0 = empty
+} frame_cache_entry;
+
 // How deep a stack is counted when it is deeper than max_frames (Ruby raises SystemStackError before
 // that with default stack sizes; deeper stacks are counted as this deep).
 #define DEPTH_LIMIT 16384
@@ -29,6 +39,7 @@ static struct {
   VALUE *scratch_frames;        // DEPTH_LIMIT, to count frames past max_frames
   int *scratch_lines;
   uint32_t *frame_ids;          // max_frames + 1 (room for the "frames omitted" marker)
+  frame_cache_entry *frame_cache; // FRAME_CACHE_SIZE
 
   VALUE holder, newobj_hook, gc_hook;
   uint32_t last_gc_count; // rb_gc_count() at the last GC_END_MARK (or at start)
@@ -70,6 +81,18 @@ static bool is_internal(VALUE obj) {
   }
 }
 
+// The frame id of {frame, line} (interning the frame's code and the frame if new); 0 when memory is short.
+static uint32_t frame_id_of(VALUE frame, int line) {
+  uint64_t key = (uint64_t)frame ^ ((uint64_t)(uint32_t)line * 0x9e3779b97f4a7c15ull);
+  frame_cache_entry *entry = &cap.frame_cache[(key ^ (key >> 29)) & (FRAME_CACHE_SIZE - 1)];
+  if (entry->frame == frame && entry->line == line && entry->frame_id != 0) return entry->frame_id;
+  uint32_t code_id = names_code_id(cap.names, frame);
+  if (code_id == 0) return 0;
+  uint32_t frame_id = stacktab_intern_frame(recorder_stacks(cap.recorder), (hs_frame){code_id, line});
+  if (frame_id != 0) *entry = (frame_cache_entry){frame, line, frame_id};
+  return frame_id;
+}
+
 // Captures the current stack and class of obj and hands them to the recorder.
 static void sample(VALUE obj) {
   cap.stats.samples_taken++;
@@ -80,12 +103,12 @@ static void sample(VALUE obj) {
   int n = rb_profile_frames(0, (int)cap.config.max_frames, cap.frames, cap.lines);
   uint32_t count = 0;
   for (int i = 0; i < n; i++) {
-    uint32_t code_id = names_code_id(cap.names, cap.frames[i]);
-    hs_frame frame = {code_id, cap.lines[i]};
-    if (code_id == 0 || (cap.frame_ids[count++] = stacktab_intern_frame(recorder_stacks(cap.recorder), frame)) == 0) {
+    uint32_t frame_id = frame_id_of(cap.frames[i], cap.lines[i]);
+    if (frame_id == 0) {
       cap.stats.dropped_no_memory++;
       return;
     }
+    cap.frame_ids[count++] = frame_id;
   }
   if (n == (int)cap.config.max_frames) {
     // Count the rest with one more walk into scratch space. (rb_profile_frames' start argument
@@ -167,7 +190,7 @@ static void holder_compact(void *unused) {
 size_t capture_memory(void) {
   if (!cap.running) return 0;
   size_t buffers = (sizeof(VALUE) + sizeof(int)) * ((size_t)cap.config.max_frames + DEPTH_LIMIT) +
-                   sizeof(uint32_t) * (cap.config.max_frames + 1);
+                   sizeof(uint32_t) * (cap.config.max_frames + 1) + sizeof(frame_cache_entry) * FRAME_CACHE_SIZE;
   return sizeof(cap) + buffers + names_memory(cap.names);
 }
 
@@ -207,6 +230,8 @@ static void free_buffers(void) {
   free(cap.scratch_frames);
   free(cap.scratch_lines);
   free(cap.frame_ids);
+  free(cap.frame_cache);
+  cap.frame_cache = NULL;
   cap.recorder = NULL;
   cap.names = NULL;
   cap.frames = cap.scratch_frames = NULL;
@@ -224,7 +249,9 @@ bool capture_start(const capture_config *config) {
   cap.scratch_frames = malloc(sizeof(VALUE) * DEPTH_LIMIT);
   cap.scratch_lines = malloc(sizeof(int) * DEPTH_LIMIT);
   cap.frame_ids = malloc(sizeof(uint32_t) * (config->max_frames + 1));
-  if (!cap.recorder || !cap.names || !cap.frames || !cap.lines || !cap.scratch_frames || !cap.scratch_lines || !cap.frame_ids) {
+  cap.frame_cache = calloc(FRAME_CACHE_SIZE, sizeof(frame_cache_entry));
+  if (!cap.recorder || !cap.names || !cap.frames || !cap.lines || !cap.scratch_frames || !cap.scratch_lines || !cap.frame_ids ||
+      !cap.frame_cache) {
     free_buffers();
     return false;
   }

@@ -222,6 +222,7 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "dropped_stack_cap", rs.dropped_stack_cap);
   set_u64(h, "dropped_no_memory", cs.dropped_no_memory + rs.dropped_no_memory);
   set_u64(h, "invalid_records", rs.invalid_records);
+  set_u64(h, "stale_records", rs.stale_records);
   set_u64(h, "gc_runs_seen", cs.gc_end_marks);
   set_u64(h, "gc_runs_missed", cs.gc_end_marks_missed);
   set_u64(h, "last_profile_gvl_ns", last_profile_gvl_nanos);

@@ -100,18 +100,22 @@ static inline uint64_t mix64(uint64_t x) {
 }
 
 uint32_t idindex_hash_bytes(const void *bytes, size_t len) {
+  // One multiply per 8-byte word, then a full avalanche at the end: keys here are short (8-byte frames,
+  // a few dozen frame ids, names), and linear probing only needs well-mixed low bits.
   const unsigned char *p = bytes;
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)len;
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ ((uint64_t)len * 0xc2b2ae3d27d4eb4full);
   while (len >= 8) {
     uint64_t word;
     memcpy(&word, p, 8);
-    h = (h ^ mix64(word)) * 0x9e3779b97f4a7c15ull;
-    h = (h << 31) | (h >> 33);
+    h = (h ^ word) * 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
     p += 8;
     len -= 8;
   }
-  uint64_t tail = 0;
-  memcpy(&tail, p, len);
-  h ^= mix64(tail ^ ((uint64_t)len << 56));
+  if (len > 0) {
+    uint64_t tail = 0;
+    memcpy(&tail, p, len);
+    h = (h ^ tail) * 0xff51afd7ed558ccdull;
+  }
   return (uint32_t)mix64(h);
 }

@@ -291,8 +291,11 @@ static bool group_live_records(recorder *r, uint32_t min_age, live_groups *group
   for (size_t i = 0; i < r->record_count; i++) {
     record *rec = &r->records[i];
     if (!record_is_valid(rec->obj)) {
+      // A freed slot: its object died in a GC that ran without our hook (see recorder_on_gc_end_mark).
+      // Not being an object at all cannot happen: that is a bug, and capture's fail-safe reacts to it.
+      if (RB_SPECIAL_CONST_P(rec->obj)) r->stats.invalid_records++;
+      else r->stats.stale_records++;
       stacktab_release(r->stacks, rec->stack_id);
-      r->stats.invalid_records++;
       continue;
     }
     r->records[kept++] = *rec;

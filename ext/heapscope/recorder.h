@@ -41,7 +41,8 @@ typedef struct {
   uint64_t dropped_stack_cap;   // samples dropped: max_stacks reached
   uint64_t dropped_no_memory;   // samples dropped: malloc failed
   uint64_t frozen_measured;     // records whose object was seen frozen (measured once, not again)
-  uint64_t invalid_records;     // records found pointing at a non-object (a bug; dropped)
+  uint64_t invalid_records;     // records found pointing at no object at all (a bug; dropped)
+  uint64_t stale_records;       // records found on a freed slot: their object died in a GC our hook missed
   uint64_t memory_bytes;        // bytes the recorder holds (records, counters, stacks, strings)
   uint64_t record_bytes;        // bytes per record (sizeof)
   uint64_t stack_table_bytes;   // bytes of the frame and stack tables (what unique stacks cost)
