@@ -33,7 +33,7 @@ class TestCoreFailsafe < Minitest::Test
   def test_an_internal_error_disables_profiling_with_one_warning
     out, err, status = Open3.capture3(RbConfig.ruby, "-I#{File.expand_path("../lib", __dir__)}", "-e", SCRIPT)
     assert status.success?, "the process must survive: #{err}"
-    warnings = err.lines.grep(/heapscope/)
+    warnings = err.lines.grep(/\Aheapscope: /)
     assert_equal 1, warnings.size, err
     assert_match(/heapscope: internal error \(a tracked record pointed at no object\); profiling is disabled, the application is unaffected/, warnings.first)
     assert_includes out, "running=false"
