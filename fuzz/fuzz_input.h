@@ -29,7 +29,7 @@ static uint32_t fz_below(fz_input *in, uint32_t n) {
 }
 
 // Up to max bytes, stored in out; returns how many.
-static size_t fz_bytes(fz_input *in, uint8_t *out, size_t max) {
+__attribute__((unused)) static size_t fz_bytes(fz_input *in, uint8_t *out, size_t max) {
   size_t n = fz_below(in, (uint32_t)max + 1);
   if (n > in->left) n = in->left;
   memcpy(out, in->p, n);
