@@ -132,9 +132,9 @@ static void write_samples(encoder *e, pb_buffer *b) {
   for (size_t i = 0; i < s->sample_count && !e->failed; i++) {
     const hs_sample *sample = &s->samples[i];
     size_t start = pb_start_message(b);
-    size_t ids_start = pb_start_message(b);
-    for (uint32_t l = 0; l < sample->locations_len; l++) pb_varint(b, s->location_ids[sample->locations_offset + l]);
-    if (sample->locations_len > 0) pb_end_message(b, tagSample_Location, ids_start);
+    // (An empty stack may come before any location id exists: no arithmetic on a NULL array then.)
+    const uint32_t *ids = sample->locations_len ? s->location_ids + sample->locations_offset : NULL;
+    pb_packed_uint32(b, tagSample_Location, ids, sample->locations_len);
     pb_packed_int64(b, tagSample_Value, sample->values, HS_VALUE_COUNT);
     if (sample->class_id != 0) write_label(b, class_key, mapped_string(e, sample->class_id), 0, 0);
     if (sample->gc_age != HS_NO_AGE) write_label(b, age_key, 0, sample->gc_age, gcs_unit);

@@ -76,6 +76,13 @@ void pb_packed_uint64(pb_buffer *b, uint32_t tag, const uint64_t *values, size_t
   pb_end_message(b, tag, start);
 }
 
+void pb_packed_uint32(pb_buffer *b, uint32_t tag, const uint32_t *values, size_t n) {
+  if (n == 0) return;
+  size_t start = pb_start_message(b);
+  for (size_t i = 0; i < n; i++) pb_varint(b, values[i]);
+  pb_end_message(b, tag, start);
+}
+
 void pb_packed_int64(pb_buffer *b, uint32_t tag, const int64_t *values, size_t n) {
   pb_packed_uint64(b, tag, (const uint64_t *)values, n);
 }

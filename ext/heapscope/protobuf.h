@@ -28,6 +28,7 @@ void pb_int64_opt(pb_buffer *b, uint32_t tag, int64_t value);   // skipped when 
 void pb_bytes(pb_buffer *b, uint32_t tag, const void *bytes, size_t len);
 void pb_packed_uint64(pb_buffer *b, uint32_t tag, const uint64_t *values, size_t n);
 void pb_packed_int64(pb_buffer *b, uint32_t tag, const int64_t *values, size_t n);
+void pb_packed_uint32(pb_buffer *b, uint32_t tag, const uint32_t *values, size_t n); // as repeated uint64
 
 // Starts a nested message; returns the offset to pass to pb_end_message.
 size_t pb_start_message(pb_buffer *b);

@@ -68,6 +68,12 @@ static void test_packed(void) {
   pb_free(&b);
   pb_packed_uint64(&b, 4, values, 0); // empty: nothing at all
   CHECK_EQ_U64(b.len, 0);
+  uint32_t ids[] = {3, 270, 86942};
+  pb_packed_uint32(&b, 4, ids, 3); // same bytes as the uint64 values
+  BYTES_ARE(&b, 0x22, 0x06, 0x03, 0x8e, 0x02, 0x9e, 0xa7, 0x05);
+  pb_free(&b);
+  pb_packed_uint32(&b, 4, ids, 0);
+  CHECK_EQ_U64(b.len, 0);
   int64_t negative[] = {-1, 1};
   pb_packed_int64(&b, 2, negative, 2);
   BYTES_ARE(&b, 0x12, 0x0b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x01);
