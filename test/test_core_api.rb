@@ -53,6 +53,8 @@ class TestCoreAPI < Minitest::Test
     heap = heap_profile(gc: true)
     assert_equal [%w[alloc_objects count], %w[alloc_space bytes], %w[inuse_objects count], %w[inuse_space bytes]], heap.sample_types
     assert_nil heap.default_sample_type, "viewers default to inuse_space (the last type)"
+    assert_in_delta Time.now.to_f, heap.time_nanos / 1e9, 10, "time_nanos is when the profile was taken"
+    assert_operator heap.duration_nanos, :>, 0, "duration_nanos is the time since start"
     assert_equal "", heap.string_table[0]
     allocs = decode(Heapscope.profile(type: :allocs))
     assert_equal "alloc_space", allocs.default_sample_type

@@ -161,8 +161,10 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
     snapshot_free(job.snapshot);
     raise_not_running();
   }
+  uint64_t now = wall_nanos();
   job.snapshot->period = capture_current_config()->sample_every;
-  job.snapshot->duration_nanos = (int64_t)(wall_nanos() - started_at_nanos);
+  job.snapshot->time_nanos = (int64_t)now;
+  job.snapshot->duration_nanos = (int64_t)(now - started_at_nanos);
   job.snapshot->comments = profile_comments(age);
   uint64_t encode_started = monotonic_nanos();
   last_profile_gvl_nanos = encode_started - gvl_started;

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "idindex.h"
 
@@ -440,9 +439,6 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
     return NULL;
   }
   s->allocs = allocs;
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  s->time_nanos = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
   return s;
 }
 
