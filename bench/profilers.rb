@@ -35,26 +35,38 @@ module Bench
       Heapscope.profile # what a user asks for at the end: one heap profile
       stats = Heapscope.stats
       Heapscope.stop
-      keep = %i[samples_taken tracked_objects stacks dropped current_sample_every max_overhead sampling_overhead]
+      keep = %i[sampling hook_on_share windows_opened samples_taken tracked_objects stacks dropped current_sample_every
+                max_overhead sampling_overhead]
       return {} unless stats.is_a?(Hash)
 
       stats.select { |k, v| keep.include?(k.to_sym) && !v.nil? }.transform_values { |v| v.is_a?(Float) ? v.round(4) : v }
     end
     # Fixed rates: the overhead budget (max_overhead, on by default) is turned off, or it would lower
-    # sample_every 1 and 100 by itself and the rows would no longer mean what their names say.
+    # sample_every 1 and 100 by itself and the rows would no longer mean what their names say. These rows
+    # keep the allocation hook on for every allocation (sampling: :always, what heapscope did before
+    # windowed sampling); heapscope_windowed and heapscope_default are the windowed mode.
     [1, 100, 1000].each do |n|
       define "heapscope_#{n}", gem: "heapscope",
-                               note: "Heapscope.start(sample_every: #{n}, max_overhead: nil); Heapscope.profile at the end",
+                               note: "Heapscope.start(sample_every: #{n}, sampling: :always, max_overhead: nil); Heapscope.profile at the end",
                                start: lambda { |_ctx|
                                  require "heapscope"
                                  opts = { sample_every: n }
                                  opts[:max_overhead] = nil if Heapscope::START_DEFAULTS.key?(:max_overhead)
+                                 opts[:sampling] = :always if Heapscope::START_DEFAULTS.key?(:sampling)
                                  Heapscope.start(**opts)
                                },
                                finish: heapscope_finish
     end
+    define :heapscope_windowed, gem: "heapscope",
+                                note: "Heapscope.start(sample_every: 1000, sampling: :windowed, max_overhead: nil): the hook on " \
+                                      "for about 2% of allocations, in windows opened by GCs",
+                                start: lambda { |_ctx|
+                                  require "heapscope"
+                                  Heapscope.start(sample_every: 1000, sampling: :windowed, max_overhead: nil)
+                                },
+                                finish: heapscope_finish
     define :heapscope_default, gem: "heapscope",
-                               note: "Heapscope.start with no options (sample_every 1000 with the adaptive overhead budget)",
+                               note: "Heapscope.start with no options (windowed sampling, sample_every 1000, the adaptive overhead budget)",
                                start: ->(_ctx) { require "heapscope"; Heapscope.start },
                                finish: heapscope_finish
 

@@ -24,7 +24,10 @@ module Heapscope
     max_tracked_objects: 1_000_000,
     max_stacks: 100_000,
     max_overhead: 0.01,
+    sampling: nil, # :windowed, or :always; nil: :windowed unless sample_every is 1 (see docs/configuration.md)
+    window_share: 0.02,
   }.freeze
+  SAMPLING_MODES = %i[windowed always].freeze
 
   PROFILE_DEFAULTS = { gc: false, type: :heap, min_age: nil }.freeze
   PROFILE_TYPES = %i[heap allocs].freeze
@@ -43,13 +46,15 @@ module Heapscope
       check_integer(config, :max_stacks, 1, 2**31 - 1)
       check_boolean(config, :track_sizes)
       check_fraction(config, :max_overhead)
+      config[:sampling] = check_sampling(config)
+      check_fraction(config, :window_share, nil_ok: false)
       if running?
         raise Error, "heapscope is already running (call Heapscope.stop first, or check Heapscope.running?)"
       end
 
       Native._start(config[:sample_every], config[:max_frames], config[:min_age], config[:track_sizes],
                     config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE,
-                    config[:max_overhead]&.to_f)
+                    config[:max_overhead]&.to_f, config[:sampling] == :windowed, config[:window_share].to_f)
       @config = config
       true
     end
@@ -124,12 +129,31 @@ module Heapscope
       raise ArgumentError, "#{key} must be true or false, got #{value.inspect}"
     end
 
-    # nil disables what the option bounds.
-    def check_fraction(config, key)
+    # nil disables what the option bounds (when nil_ok).
+    def check_fraction(config, key, nil_ok: true)
       value = config[key]
-      return if value.nil? || (value.is_a?(Numeric) && value.real? && value > 0 && value <= 1)
+      return if (nil_ok && value.nil?) || (value.is_a?(Numeric) && value.real? && value > 0 && value <= 1)
 
-      raise ArgumentError, "#{key} must be a number above 0 and at most 1 (a fraction of run time) or nil, got #{value.inspect}"
+      what = key == :window_share ? "a fraction of allocations" : "a fraction of run time"
+      raise ArgumentError, "#{key} must be a number above 0 and at most 1 (#{what})#{nil_ok ? " or nil" : ""}, got #{value.inspect}"
+    end
+
+    # The sampling mode to use: windowed by default, except that sample_every: 1 (every allocation)
+    # needs the hook on for every allocation, and Rubies where windows cannot open (see
+    # Native::WINDOWED_SUPPORTED) sample always.
+    def check_sampling(config)
+      mode = config[:sampling]
+      if mode.nil?
+        return config[:sample_every] == 1 || !Native::WINDOWED_SUPPORTED ? :always : :windowed
+      end
+      unless SAMPLING_MODES.include?(mode)
+        raise ArgumentError, "sampling must be one of #{SAMPLING_MODES.map(&:inspect).join(", ")} (or nil for the default), got #{mode.inspect}"
+      end
+      if mode == :windowed && !Native::WINDOWED_SUPPORTED
+        raise ArgumentError, "sampling: :windowed is not supported on Ruby #{RUBY_VERSION} (it registers hooks " \
+                             "inside the GC, which needs rb_gc_disable_no_rest); use sampling: :always"
+      end
+      mode
     end
 
     def check_profile_options(options)
@@ -141,5 +165,24 @@ module Heapscope
       check_integer(opts, :min_age, 0, 2**31 - 1) unless opts[:min_age].nil?
       opts
     end
+  end
+end
+
+module Heapscope
+  # Ruby 3.1 cannot disable the GC from inside the GC, so windowed sampling registers nothing there
+  # while GC.stress is on (a malloc would start a GC inside the GC): GC.stress= is watched.
+  # Switching it on is announced before it takes effect, switching it off after.
+  module GCStressWatch
+    def stress=(flag)
+      Native._gc_stress_changed(true) if flag
+      result = super
+      Native._gc_stress_changed(false) unless flag
+      result
+    end
+  end
+
+  if Native::WATCH_GC_STRESS
+    GC.singleton_class.prepend(GCStressWatch)
+    Native._gc_stress_changed(GC.stress ? true : false)
   end
 end

@@ -30,18 +30,36 @@ class TestAutoEnv < Minitest::Test
     config, errors = parse(
       "HEAPSCOPE_SAMPLE_EVERY" => "500", "HEAPSCOPE_MAX_FRAMES" => "64", "HEAPSCOPE_MIN_AGE" => "0",
       "HEAPSCOPE_MAX_TRACKED_OBJECTS" => "1000", "HEAPSCOPE_MAX_STACKS" => "10", "HEAPSCOPE_TRACK_SIZES" => "false", "HEAPSCOPE_MAX_OVERHEAD" => "0.05",
+      "HEAPSCOPE_SAMPLING" => "windowed", "HEAPSCOPE_WINDOW_SHARE" => "0.1",
       "HEAPSCOPE_DIR" => "/tmp/x", "HEAPSCOPE_INTERVAL" => "0.5", "HEAPSCOPE_KEEP" => "3", "HEAPSCOPE_FINAL" => "0",
       "HEAPSCOPE_APP_NAME" => "web-1.api", "HEAPSCOPE_HTTP" => "6060", "HEAPSCOPE_HTTP_FORK" => "same",
       "HEAPSCOPE_PYROSCOPE_URL" => "http://127.0.0.1:4040", "HEAPSCOPE_PYROSCOPE_LABELS" => "env=prod, region=eu-1",
     )
     assert_empty errors
     assert_equal({ sample_every: 500, max_frames: 64, min_age: 0, max_tracked_objects: 1000, max_stacks: 10,
-                   track_sizes: false, max_overhead: 0.05 }, config[:start])
+                   track_sizes: false, max_overhead: 0.05, sampling: :windowed, window_share: 0.1 }, config[:start])
     assert_nil parse("HEAPSCOPE_MAX_OVERHEAD" => "off").first[:start].fetch(:max_overhead)
     assert_equal ["/tmp/x", 0.5, 3, false, "web-1.api"], config.values_at(:dir, :interval, :keep, :final, :app_name)
     assert_equal({ host: "127.0.0.1", port: 6060, token: nil, fork: :same }, config[:http])
     assert_equal({ url: "http://127.0.0.1:4040", labels: { "env" => "prod", "region" => "eu-1" }, token: nil },
                  config[:pyroscope])
+  end
+
+  def test_sampling_and_window_share_forms
+    {
+      { "HEAPSCOPE_SAMPLING" => "always" } => { sampling: :always },
+      { "HEAPSCOPE_SAMPLING" => " windowed " } => { sampling: :windowed },
+      { "HEAPSCOPE_WINDOW_SHARE" => "1" } => { window_share: 1.0 },
+      { "HEAPSCOPE_WINDOW_SHARE" => "1.0" } => { window_share: 1.0 },
+      { "HEAPSCOPE_WINDOW_SHARE" => ".005" } => { window_share: 0.005 },
+      { "HEAPSCOPE_SAMPLING" => "always", "HEAPSCOPE_WINDOW_SHARE" => "0.5" } => { sampling: :always, window_share: 0.5 },
+      { "HEAPSCOPE_SAMPLING" => "", "HEAPSCOPE_WINDOW_SHARE" => " " } => {},
+    }.each do |env, start|
+      config, errors = parse(env)
+      assert_empty errors, env.inspect
+      assert_equal start, config[:start], env.inspect
+      assert_instance_of Float, config[:start][:window_share], env.inspect if start.key?(:window_share)
+    end
   end
 
   def test_host_port_forms
@@ -73,6 +91,8 @@ class TestAutoEnv < Minitest::Test
     "HEAPSCOPE_MAX_STACKS" => ["1e6", "must be an integer from 1 to 2147483647"],
     "HEAPSCOPE_TRACK_SIZES" => ["2", "must be 1 or 0 (true/false, yes/no, on/off)"],
     "HEAPSCOPE_MAX_OVERHEAD" => ["1.5", "must be a number above 0 and at most 1, or off"],
+    "HEAPSCOPE_SAMPLING" => ["sometimes", "must be one of windowed, always"],
+    "HEAPSCOPE_WINDOW_SHARE" => ["0", "must be a number above 0 and at most 1"],
     "HEAPSCOPE_INTERVAL" => ["0", "must be a number of seconds from 0.1 to 86400"],
     "HEAPSCOPE_KEEP" => ["0", "must be an integer from 1 to 1000000"],
     "HEAPSCOPE_FINAL" => ["sometimes", "must be 1 or 0 (true/false, yes/no, on/off)"],
@@ -100,6 +120,12 @@ class TestAutoEnv < Minitest::Test
       { "HEAPSCOPE_SAMPLE_EVERY" => "2147483648" } =>
         'HEAPSCOPE_SAMPLE_EVERY="2147483648" is invalid: must be an integer from 1 to 2147483647',
       { "HEAPSCOPE_INTERVAL" => "1h" } => 'HEAPSCOPE_INTERVAL="1h" is invalid: must be a number of seconds from 0.1 to 86400',
+      { "HEAPSCOPE_SAMPLING" => "Always" } => 'HEAPSCOPE_SAMPLING="Always" is invalid: must be one of windowed, always',
+      { "HEAPSCOPE_SAMPLING" => ":windowed" } => 'HEAPSCOPE_SAMPLING=":windowed" is invalid: must be one of windowed, always',
+      { "HEAPSCOPE_WINDOW_SHARE" => "off" } => 'HEAPSCOPE_WINDOW_SHARE="off" is invalid: must be a number above 0 and at most 1',
+      { "HEAPSCOPE_WINDOW_SHARE" => "1.01" } => 'HEAPSCOPE_WINDOW_SHARE="1.01" is invalid: must be a number above 0 and at most 1',
+      { "HEAPSCOPE_WINDOW_SHARE" => "-0.1" } => 'HEAPSCOPE_WINDOW_SHARE="-0.1" is invalid: must be a number above 0 and at most 1',
+      { "HEAPSCOPE_WINDOW_SHARE" => "2%" } => 'HEAPSCOPE_WINDOW_SHARE="2%" is invalid: must be a number above 0 and at most 1',
       { "HEAPSCOPE_PYROSCOPE_URL" => "http://x:4040/?a=1" } =>
         'HEAPSCOPE_PYROSCOPE_URL="http://x:4040/?a=1" is invalid: must be an http:// or https:// URL without query, e.g. http://127.0.0.1:4040',
       { "HEAPSCOPE_PYROSCOPE_LABELS" => "a=b{c}" } =>
@@ -155,6 +181,25 @@ class TestAutoEnv < Minitest::Test
     assert status.success?, err
     assert_equal "true\n[7, 9, 0, false]\n", out
     assert_equal "", err
+  end
+
+  # The variables reach Heapscope.start; unset, sampling follows start's rule (always at sample_every 1).
+  def test_autostart_passes_sampling_and_window_share
+    skip_unless_native
+    script = "p Heapscope.config.values_at(:sampling, :window_share); p Heapscope.stats.values_at(:sampling, :window_share)"
+    {
+      { "HEAPSCOPE_SAMPLING" => "always", "HEAPSCOPE_WINDOW_SHARE" => "0.25" } => "[:always, 0.25]\n[:always, nil]\n",
+      { "HEAPSCOPE_SAMPLE_EVERY" => "1" } => "[:always, 0.02]\n[:always, nil]\n",
+    }.each do |vars, expected|
+      out, err, status = capture(ruby_env(vars), script)
+      assert status.success?, err
+      assert_equal [expected, ""], [out, err], vars.inspect
+    end
+    out, err, status = capture(ruby_env("HEAPSCOPE_WINDOW_SHARE" => "0.25"), "p Heapscope::Native::WINDOWED_SUPPORTED; #{script}")
+    assert status.success?, err
+    supported, rest = out.split("\n", 2)
+    expected = supported == "true" ? "[:windowed, 0.25]\n[:windowed, 0.25]\n" : "[:always, 0.25]\n[:always, nil]\n"
+    assert_equal [expected, ""], [rest, err]
   end
 
   def test_port_in_use_keeps_the_app_profiled_without_listener

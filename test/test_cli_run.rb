@@ -73,6 +73,17 @@ class TestCliRun < Minitest::Test
       ["run", "--app-name", "a b", "--", "ruby"] => 'heapscope run: --app-name "a b" is invalid: use 1 to 100 of A-Z a-z 0-9 _ . -',
       ["run", "--max-frames", "0", "--", "ruby"] => 'heapscope run: --max-frames "0" is invalid: must be an integer from 1 to 3000',
       ["run", "--min-age", "x", "--", "ruby"] => 'heapscope run: --min-age "x" is invalid: must be an integer from 0 to 2147483647',
+      ["run", "--sampling", "--", "ruby"] => "heapscope run: --sampling needs a value (--sampling MODE)",
+      ["run", "--sampling", "sometimes", "--", "ruby"] =>
+        'heapscope run: --sampling "sometimes" is invalid: must be one of windowed, always',
+      ["run", "--sampling=always", "--sampling=windowed", "--", "ruby"] => "heapscope run: --sampling given more than once",
+      ["run", "--window-share", "--", "ruby"] => "heapscope run: --window-share needs a value (--window-share FRACTION)",
+      ["run", "--window-share", "0", "--", "ruby"] =>
+        'heapscope run: --window-share "0" is invalid: must be a number above 0 and at most 1',
+      ["run", "--window-share=1.5", "--", "ruby"] =>
+        'heapscope run: --window-share "1.5" is invalid: must be a number above 0 and at most 1',
+      ["run", "--window-share", "off", "--", "ruby"] =>
+        'heapscope run: --window-share "off" is invalid: must be a number above 0 and at most 1',
     }.each do |args, line|
       out, err, code = heapscope(*args)
       assert_equal [2, "", "#{line}\n"], [code, out, err], args.inspect
@@ -121,6 +132,18 @@ class TestCliRun < Minitest::Test
     _, err, code = heapscope("run", "--", RbConfig.ruby, "-e", "$keep = Array.new(1000) { 'x' * 50 }; exit 3")
     assert_equal 3, code
     assert_match(%r{^heapscope: final profile: #{Regexp.escape(File.realpath(@tmp))}/heapscope-profiles/}, err)
+  end
+
+  def test_run_passes_sampling_flags_to_the_child
+    skip_unless_native
+    script = "p Heapscope.config.values_at(:sampling, :window_share); p Heapscope.stats[:sampling]"
+    out, err, code = heapscope("run", "--sampling", "always", "--window-share=0.5", "--dir", @tmp, "--",
+                               RbConfig.ruby, "-e", script)
+    assert_equal [0, "[:always, 0.5]\n:always\n"], [code, out], err
+    # A flag wins over the environment.
+    out, err, code = heapscope("run", "--sampling", "always", "--dir", @tmp, "--", RbConfig.ruby, "-e", script,
+                               env: { "HEAPSCOPE_SAMPLING" => "windowed", "HEAPSCOPE_WINDOW_SHARE" => "0.125" })
+    assert_equal [0, "[:always, 0.125]\n:always\n"], [code, out], err
   end
 
   def test_run_with_http_serves_while_running

@@ -124,4 +124,69 @@ class TestCoreAPI < Minitest::Test
     assert_operator stats[:recorder_bytes], :>, stats[:tracked_objects] * stats[:record_bytes]
     refute_nil keep
   end
+
+  def test_bad_sampling_and_window_share_name_the_option_and_value
+    cases = {
+      { sampling: :bogus } => /sampling must be one of :windowed, :always \(or nil for the default\), got :bogus/,
+      { sampling: "windowed" } => /sampling must be one of :windowed, :always .*, got "windowed"/,
+      { window_share: 0 } => /window_share must be a number above 0 and at most 1 \(a fraction of allocations\), got 0/,
+      { window_share: 1.5 } => /window_share must be a number above 0 and at most 1 .*, got 1.5/,
+      { window_share: nil } => /window_share must be a number above 0 and at most 1 .*, got nil/,
+      { window_share: "0.1" } => /window_share must be a number above 0 and at most 1 .*, got "0.1"/,
+      { window_share: -0.5 } => /window_share must be a number above 0 and at most 1 .*, got -0.5/,
+    }
+    cases.each do |options, message|
+      error = assert_raises(ArgumentError, options.inspect) { Heapscope.start(**options) }
+      assert_match message, error.message
+      refute_match(/or nil/, error.message, "window_share takes no nil") if options.key?(:window_share)
+      refute Heapscope.running?, "a bad option must not start the profiler"
+    end
+    unless Heapscope::Native::WINDOWED_SUPPORTED
+      error = assert_raises(ArgumentError) { Heapscope.start(sampling: :windowed) }
+      assert_match(/sampling: :windowed is not supported on Ruby/, error.message)
+    end
+  end
+
+  def test_sampling_mode_defaults_and_what_stats_and_profiles_report
+    Heapscope.start(sample_every: 1)
+    assert_equal :always, Heapscope.config[:sampling], "sample_every: 1 samples always"
+    stats = Heapscope.stats
+    assert_equal [:always, nil, 1.0], stats.values_at(:sampling, :window_share, :hook_on_share)
+    Heapscope.stop
+
+    Heapscope.start(sampling: :always, window_share: 1)
+    assert_equal :always, Heapscope.stats[:sampling]
+    Heapscope.stop
+
+    Heapscope.start
+    expected = Heapscope::Native::WINDOWED_SUPPORTED ? :windowed : :always
+    assert_equal expected, Heapscope.config[:sampling]
+    keep = Array.new(200_000) { Object.new }
+    GC.start
+    stats = Heapscope.stats
+    %i[sampling window_share hook_on_share allocations hook_allocations windows_opened windows_skipped
+       window_sample_every gc_registrations_deferred].each { |key| assert stats.key?(key), key.to_s }
+    assert_equal expected, stats[:sampling]
+    assert_instance_of Float, stats[:hook_on_share]
+    assert_operator stats[:hook_on_share], :>, 0
+    assert_operator stats[:hook_on_share], :<=, 1
+    assert_kind_of Integer, stats[:allocations]
+    assert_operator stats[:allocations], :>=, 200_000
+    %i[hook_allocations windows_opened windows_skipped window_sample_every gc_registrations_deferred].each do |key|
+      assert_kind_of Integer, stats[key], key.to_s
+      assert_operator stats[key], :>=, 0, key.to_s
+    end
+    assert_operator stats[:hook_allocations], :<=, stats[:allocations]
+    assert_operator stats[:window_sample_every], :>=, 1
+    if expected == :windowed
+      assert_equal 0.02, stats[:window_share]
+      assert_operator stats[:windows_opened], :>=, 1, "a GC opens windows"
+      assert_operator stats[:hook_allocations], :<, stats[:allocations], "the hook is off between windows"
+    end
+    comments = decode(Heapscope.profile).comments
+    line = comments.find { |c| c.start_with?("sampling=") }
+    assert line, comments.inspect
+    assert_match(/\Asampling=#{expected} window_share=[\d.]+ windows_opened=\d+ windows_skipped=\d+ hook_on_share=[\d.]+ allocations=\d+\z/, line)
+    refute_nil keep
+  end
 end

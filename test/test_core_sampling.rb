@@ -2,7 +2,8 @@
 
 require_relative "core_helper"
 
-# The sampler's statistics, checked through the public API and through the sampler itself.
+# The sampler's statistics in always mode (every allocation seen), checked through the public API and through
+# the sampler itself. Windowed sampling: test_core_windowed.rb and test_windowed_accuracy.rb.
 class TestCoreSampling < Minitest::Test
   include CoreHelper
 
@@ -24,7 +25,7 @@ class TestCoreSampling < Minitest::Test
     runs = 8
     totals = { a: 0, b: 0 }
     runs.times do
-      Heapscope.start(sample_every: 2)
+      Heapscope.start(sample_every: 2, sampling: :always)
       keep = []
       alternate(keep, n)
       prof = heap_profile(gc: true)
@@ -67,7 +68,7 @@ class TestCoreSampling < Minitest::Test
   end
 
   def test_estimates_scale_by_sample_every
-    Heapscope.start(sample_every: 100)
+    Heapscope.start(sample_every: 100, sampling: :always)
     keep = Array.new(200_000) { Object.new } # MANY
     prof = heap_profile(gc: true)
     estimate = sum_at(prof, "inuse_objects", line_of("# MANY", __FILE__), klass: "Object")

@@ -55,7 +55,7 @@ class TestForkSurfaces < Minitest::Test
     dir = File.join(@tmp, "profiles")
     port = free_port
     env = ruby_env("HEAPSCOPE_HTTP" => "127.0.0.1:#{port}", "HEAPSCOPE_DIR" => dir, "HEAPSCOPE_INTERVAL" => "0.3",
-                   "HEAPSCOPE_SAMPLE_EVERY" => "50", "HEAPSCOPE_APP_NAME" => "forker")
+                   "HEAPSCOPE_SAMPLE_EVERY" => "50", "HEAPSCOPE_SAMPLING" => "always", "HEAPSCOPE_APP_NAME" => "forker")
     main, out, err = spawn_child(env, RbConfig.ruby, script, @tmp, dir: @tmp)
     pids = wait_for("both processes") do
       found = File.read(out).scan(/^(parent|child) (\d+)$/).to_h
@@ -102,7 +102,7 @@ class TestForkSurfaces < Minitest::Test
     end
     base = free_port
     app_port = free_port
-    env = ruby_env("HEAPSCOPE_HTTP" => "127.0.0.1:#{base}", "HEAPSCOPE_SAMPLE_EVERY" => "50")
+    env = ruby_env("HEAPSCOPE_HTTP" => "127.0.0.1:#{base}", "HEAPSCOPE_SAMPLE_EVERY" => "50", "HEAPSCOPE_SAMPLING" => "always")
     master, out, err = spawn_child(env, RbConfig.ruby, puma, "-C", PUMA_CONFIG, "-b", "tcp://127.0.0.1:#{app_port}",
                                    CONFIG_RU, dir: @tmp)
     workers = wait_for("two workers serving profiles", timeout: 40) do

@@ -28,7 +28,7 @@ module Bench
   end
 end
 
-Bench::Workloads.define(:mixed, sizes: { full: 2_000, quick: 150, callgrind: 60 },
+Bench::Workloads.define(:mixed, sizes: { full: 2_000, quick: 150, callgrind: 300 },
                                 summary: "build 50-record pages of hashes/arrays/strings, JSON.generate each") do |n|
   bytes = 0
   n.times { |p| bytes += Bench::Mixed.page(p * 50, 50).bytesize }

@@ -38,7 +38,7 @@ module Bench
   end
 end
 
-Bench::Workloads.define(:request, sizes: { full: 3_000, quick: 250, callgrind: 60 },
+Bench::Workloads.define(:request, sizes: { full: 3_000, quick: 250, callgrind: 300 },
                                   summary: "50-150 frame deep call chains, each ending in template string building") do |n|
   bytes = 0
   n.times { |i| bytes += Bench::Request.call(i)[2].bytesize }

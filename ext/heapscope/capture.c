@@ -8,8 +8,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <ruby/version.h>
+
 #include "budget.h"
 #include "sampler.h"
+#include "window.h"
+
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+VALUE rb_gc_disable_no_rest(void); // exported, declared only in Ruby's internal headers
+#endif
+// Ruby 3.1 has no rb_gc_disable_no_rest: inside the GC a malloc must then stay this far below the
+// malloc limit, or it would start a GC inside the GC (see may_register_in_gc).
+#define MALLOC_LIMIT_MARGIN (1u << 20)
 
 // A direct-mapped cache from what rb_profile_frames returns, {frame VALUE, line}, to the frame id it
 // was interned as: most samples repeat frames already seen, and a hit skips two hash-table lookups.
@@ -27,7 +37,10 @@ typedef struct {
 
 static struct {
   bool running;
-  uint64_t countdown; // allocations left until the next sample
+  uint64_t countdown; // allocations left until the hook's next event: a sample or the window's end
+  uint64_t step;      // what countdown was last loaded with
+  uint64_t to_sample; // allocations until the next sample, as of the last load
+  uint64_t to_close;  // allocations until the window closes, as of the last load (UINT64_MAX: never)
   sampler sampler;
   budget budget;
   capture_config config;
@@ -43,6 +56,20 @@ static struct {
 
   VALUE holder, newobj_hook, gc_hook;
   uint32_t last_gc_count; // rb_gc_count() at the last GC_END_MARK (or at start)
+
+  // Windowed sampling (window.h)
+  bool window_open;        // the NEWOBJ hook is on
+  bool strides_started;    // the first stride started (stride_started_at is set)
+  bool stride_has_window;  // the current stride got a window (window is its plan)
+  bool gc_hook_on;         // the GC_END_MARK hook is on
+  bool gc_stress;          // GC.stress is on (Ruby 3.1: nothing is registered inside the GC then)
+  uint32_t last_marking_gc; // rb_gc_count() of the last GC whose marking was handled
+  window_plan window;      // the current stride's window
+  uint64_t stride_started_at; // the VM's allocation count when the current stride started
+  double expected_stride;  // a moving average of stride lengths
+  uint64_t window_sampled; // allocations the closed window's sampled part saw (its length, unless cut short)
+  uint64_t closed_window_allocations; // allocations seen with the hook on, in windows closed so far
+  uint64_t started_allocations;       // the VM's allocation count at start
   const char *failure;    // set by capture_fail: sampling is off until the next start
   uint64_t invalid_seen;  // the recorder's invalid_records when last checked
   capture_stats stats;
@@ -128,7 +155,9 @@ static void sample(VALUE obj) {
     cap.stats.dropped_no_memory++;
     return;
   }
-  recorder_track(cap.recorder, obj, cap.frame_ids, count, class_id, (uint32_t)rb_gc_count(), cap.sampler.sample_every);
+  // In a window the weight is known only once the window's stride ends: 0 makes the sample pending.
+  uint32_t weight = cap.config.windowed ? 0 : cap.sampler.sample_every;
+  recorder_track(cap.recorder, obj, cap.frame_ids, count, class_id, (uint32_t)rb_gc_count(), weight);
 }
 
 static uint64_t now_nanos(void) {
@@ -137,24 +166,102 @@ static uint64_t now_nanos(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-// Charges sampling work that started at started to the budget, which may change the rate.
+// Charges sampling work that started at started to the budget, which may change the rate (in windowed
+// mode, from the next window on: window plans read the budget's rate).
 static void charge(uint64_t started) {
   uint64_t now = now_nanos();
-  if (budget_spend(&cap.budget, now - started, now)) sampler_set_every(&cap.sampler, cap.budget.current_every);
+  if (budget_spend(&cap.budget, now - started, now) && !cap.config.windowed) {
+    sampler_set_every(&cap.sampler, cap.budget.current_every);
+  }
+}
+
+static size_t vm_allocations(void);
+
+static void load_countdown(void) {
+  cap.step = cap.to_sample < cap.to_close ? cap.to_sample : cap.to_close;
+  cap.countdown = cap.step;
+}
+
+// Allocations the hook has seen in the current window (0 when none is open).
+static uint64_t window_seen(void) {
+  if (!cap.window_open) return 0;
+  return cap.window.delay + cap.window.length - cap.to_close + (cap.step - cap.countdown);
+}
+
+// Ends the current window from inside the hook. Ruby removes a hook disabled while it runs once it
+// returns; then allocations are back on the VM's fast path.
+static void close_window(void) {
+  uint64_t seen = window_seen();
+  cap.closed_window_allocations += seen;
+  cap.window_sampled = seen > cap.window.delay ? seen - cap.window.delay : 0;
+  cap.window_open = false;
+  cap.countdown = UINT64_MAX;
+  rb_tracepoint_disable(cap.newobj_hook);
+}
+
+// Ends the current stride and starts the next one (window.h), at start (outside the GC) and at every GC
+// (inside it): the ending stride's samples get their weight, and the new stride
+// gets a window if its coin says so. The caller makes registering the hook safe (it mallocs).
+static void next_stride(uint64_t allocations) {
+  uint64_t stride = allocations - cap.stride_started_at;
+  window_plan plan;
+  bool open;
+  if (!cap.strides_started) {
+    size_t gcs = rb_gc_count();
+    uint64_t gc_interval = gcs ? allocations / gcs : allocations; // the VM's average so far
+    window_plan_first(cap.config.window_share, cap.budget.current_every, gc_interval, sampler_random(&cap.sampler), &plan);
+    open = true;
+  } else {
+    if (cap.stride_has_window) {
+      recorder_commit_pending(cap.recorder, window_weight(&cap.window, cap.window_sampled, stride), sampler_random(&cap.sampler));
+    }
+    // The next stride is expected to be like the recent ones: the smoother the guess, the steadier the
+    // weights of windows that a coin let through (window.h).
+    cap.expected_stride = cap.expected_stride == 0 ? (double)stride : 0.75 * cap.expected_stride + 0.25 * (double)stride;
+    open = window_plan_next(cap.config.window_share, (uint64_t)cap.expected_stride, cap.budget.current_every,
+                            sampler_random(&cap.sampler), sampler_random(&cap.sampler), &plan);
+  }
+  cap.strides_started = true;
+  cap.stride_started_at = allocations;
+  cap.stride_has_window = open;
+  if (!open) {
+    cap.stats.windows_skipped++;
+    return;
+  }
+  cap.window = plan;
+  sampler_set_every(&cap.sampler, plan.every);
+  cap.to_sample = plan.delay + sampler_next_countdown(&cap.sampler);
+  cap.to_close = plan.delay + plan.length;
+  load_countdown();
+  cap.window_open = true;
+  cap.stats.windows_opened++;
+  rb_tracepoint_enable(cap.newobj_hook);
 }
 
 // Kept out of line, so on_newobj's common path needs no stack frame or saved registers.
-__attribute__((noinline, cold)) static void take_sample(VALUE tracepoint) {
-  uint64_t started = now_nanos();
-  sample(rb_tracearg_object(rb_tracearg_from_tracepoint(tracepoint)));
-  charge(started);
-  cap.countdown = sampler_next_countdown(&cap.sampler);
+__attribute__((noinline, cold)) static void on_countdown(VALUE tracepoint) {
+  cap.to_sample -= cap.step;
+  if (cap.to_close != UINT64_MAX) cap.to_close -= cap.step;
+  cap.step = 0; // countdown is 0 too: to_close alone says how far the window has come
+  if (cap.to_sample == 0) {
+    uint64_t started = now_nanos();
+    sample(rb_tracearg_object(rb_tracearg_from_tracepoint(tracepoint)));
+    charge(started);
+    cap.to_sample = sampler_next_countdown(&cap.sampler);
+  }
+  if (cap.failure != NULL) {
+    cap.countdown = UINT64_MAX; // the fail-safe: count down forever until capture_stop
+  } else if (cap.to_close == 0) {
+    close_window();
+  } else {
+    load_countdown();
+  }
 }
 
 static void on_newobj(VALUE tracepoint, void *unused) {
   (void)unused;
   if (__builtin_expect(--cap.countdown != 0, 1)) return;
-  take_sample(tracepoint);
+  on_countdown(tracepoint);
 }
 
 static void on_gc_end_mark(VALUE tracepoint, void *unused) {
@@ -171,6 +278,91 @@ static void on_gc_end_mark(VALUE tracepoint, void *unused) {
   recorder_on_gc_end_mark(cap.recorder);
   check_invariants();
   charge(started);
+  // Windowed: registered for this GC only (see on_gc_marking). Ruby removes it once this returns.
+  if (cap.config.windowed && !cap.gc_stress) {
+    rb_tracepoint_disable(cap.gc_hook);
+    cap.gc_hook_on = false;
+  }
+}
+
+// ---- Windowed mode: registering hooks inside the GC ----
+
+static VALUE sym_total_allocated_objects, sym_malloc_increase_bytes, sym_malloc_increase_bytes_limit;
+
+static size_t vm_allocations(void) { return rb_gc_stat(sym_total_allocated_objects); }
+
+bool capture_windowed_supported(void) {
+#if defined(HAVE_RB_GC_DISABLE_NO_REST) || RUBY_API_VERSION_CODE < 30200
+  return true;
+#else
+  return false; // Ruby 3.2+ aborts on a malloc inside the GC, and this one cannot disable GC without finishing it
+#endif
+}
+
+// Registering a hook mallocs (Ruby's hook list entry). Inside the GC that is safe only if the malloc
+// cannot start another GC: Ruby 3.2+ aborts on it unless GC is disabled (register_in_gc disables it),
+// and on Ruby 3.1 a malloc past the malloc limit, or any malloc under GC.stress, starts a GC, which
+// inside a GC crashes ("during_gc != 0") when the GC is incremental.
+static bool may_register_in_gc(void) {
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+  return true;
+#else
+  if (!capture_windowed_supported() || cap.gc_stress) return false;
+  size_t increase = rb_gc_stat(sym_malloc_increase_bytes), limit = rb_gc_stat(sym_malloc_increase_bytes_limit);
+  return increase + MALLOC_LIMIT_MARGIN < limit;
+#endif
+}
+
+// Inside the GC's marking, once per GC (the holder is marked by every GC, minor ones included, because
+// it is not write-barrier protected): registers the GC_END_MARK hook for this GC's liveness pass, and
+// opens a window unless one is open. Both hooks are removed again by themselves (on_gc_end_mark,
+// close_window), so between windows no hook is registered at all.
+static void on_gc_marking(void) {
+  uint32_t gc = (uint32_t)rb_gc_count();
+  if (gc == cap.last_marking_gc) return; // marked again in the same GC (incremental marking's finish)
+  cap.last_marking_gc = gc;
+  if (!may_register_in_gc()) {
+    // No stride ends here then: the stride goes on to the next GC, window or not.
+    cap.stats.gc_registrations_deferred++;
+    return;
+  }
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+  VALUE gc_was_disabled = rb_gc_disable_no_rest();
+#endif
+  if (!cap.gc_hook_on) {
+    rb_tracepoint_enable(cap.gc_hook);
+    cap.gc_hook_on = true;
+  }
+  // Every GC ends a stride, whether its window is done or not (a window still open is cut short here):
+  // were a stride with a window to run on past a GC, windows would stand for longer strides than the
+  // coins that let them through were drawn for, and estimates would come out high.
+  if (cap.window_open) close_window();
+  next_stride(vm_allocations());
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+  if (!RTEST(gc_was_disabled)) rb_gc_enable();
+#endif
+}
+
+void capture_gc_stress_changed(bool on) {
+  cap.gc_stress = on;
+  // While GC.stress is on nothing is registered inside the GC, so GC_END_MARK stays registered (from
+  // here, outside the GC) to keep liveness exact; on_gc_end_mark removes it once GC.stress is off.
+  if (on && cap.running && cap.config.windowed && !cap.gc_hook_on) {
+    VALUE gc_was_disabled = rb_gc_disable(); // registering mallocs, and a GC in the middle would be missed
+    rb_tracepoint_enable(cap.gc_hook);
+    cap.gc_hook_on = true;
+    if (!RTEST(gc_was_disabled)) rb_gc_enable();
+  }
+}
+
+void capture_prepare_snapshot(void) {
+  if (!cap.running || !cap.config.windowed || !cap.stride_has_window) return;
+  uint64_t sampled = cap.window_sampled;
+  if (cap.window_open) {
+    uint64_t seen = window_seen();
+    sampled = seen > cap.window.delay ? seen - cap.window.delay : 0;
+  }
+  recorder_set_pending_weight(cap.recorder, window_weight(&cap.window, sampled, vm_allocations() - cap.stride_started_at));
 }
 
 // ---- The holder object: how the GC sees capture's state ----
@@ -180,6 +372,8 @@ static void holder_mark(void *unused) {
   rb_gc_mark(cap.newobj_hook);
   rb_gc_mark(cap.gc_hook);
   names_mark(cap.names);
+  // dmark also runs outside any GC (ObjectSpace.reachable_objects_from): only a GC is news.
+  if (cap.running && cap.config.windowed && cap.failure == NULL && rb_during_gc()) on_gc_marking();
 }
 
 static void holder_compact(void *unused) {
@@ -217,6 +411,13 @@ void capture_init(void) {
   rb_gc_register_mark_object(cap.holder);
   cap.newobj_hook = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ, on_newobj, NULL);
   cap.gc_hook = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_GC_END_MARK, on_gc_end_mark, NULL);
+  sym_total_allocated_objects = ID2SYM(rb_intern("total_allocated_objects"));
+  sym_malloc_increase_bytes = ID2SYM(rb_intern("malloc_increase_bytes"));
+  sym_malloc_increase_bytes_limit = ID2SYM(rb_intern("malloc_increase_bytes_limit"));
+  // The first GC.stat call interns Ruby's own key symbols (allocating): here, not inside the GC.
+  (void)rb_gc_stat(sym_total_allocated_objects);
+  (void)rb_gc_stat(sym_malloc_increase_bytes);
+  (void)rb_gc_stat(sym_malloc_increase_bytes_limit);
   pthread_atfork(NULL, NULL, reseed_after_fork);
 }
 
@@ -258,20 +459,40 @@ bool capture_start(const capture_config *config) {
   memset(&cap.stats, 0, sizeof cap.stats);
   sampler_init(&cap.sampler, config->sample_every, sampler_seed_from_os());
   budget_init(&cap.budget, config->max_overhead, config->sample_every, now_nanos());
-  cap.countdown = sampler_next_countdown(&cap.sampler);
   cap.last_gc_count = (uint32_t)rb_gc_count();
   cap.failure = NULL;
   cap.invalid_seen = 0;
-  cap.running = true;
-  rb_tracepoint_enable(cap.gc_hook);
-  rb_tracepoint_enable(cap.newobj_hook);
+  cap.window_open = cap.strides_started = cap.stride_has_window = false;
+  cap.expected_stride = 0;
+  cap.closed_window_allocations = 0;
+  cap.last_marking_gc = cap.last_gc_count;
+  cap.started_allocations = vm_allocations();
+  if (config->windowed) {
+    // The first window opens now; the next ones inside GCs, which also register GC_END_MARK each time.
+    cap.gc_hook_on = cap.gc_stress; // see capture_gc_stress_changed
+    if (cap.gc_hook_on) rb_tracepoint_enable(cap.gc_hook);
+    next_stride(cap.started_allocations);
+  } else {
+    cap.to_close = UINT64_MAX;
+    cap.to_sample = sampler_next_countdown(&cap.sampler);
+    load_countdown();
+    rb_tracepoint_enable(cap.gc_hook);
+    rb_tracepoint_enable(cap.newobj_hook);
+    cap.gc_hook_on = true;
+  }
+  cap.running = true; // last: a GC inside the registrations above must not see a half-started capture
   return true;
+}
+
+static void disable_if_enabled(VALUE tracepoint) {
+  if (RTEST(rb_tracepoint_enabled_p(tracepoint))) rb_tracepoint_disable(tracepoint);
 }
 
 void capture_stop(void) {
   if (!cap.running) return;
-  rb_tracepoint_disable(cap.newobj_hook);
-  rb_tracepoint_disable(cap.gc_hook);
+  disable_if_enabled(cap.newobj_hook);
+  disable_if_enabled(cap.gc_hook);
+  cap.window_open = cap.gc_hook_on = false;
   cap.running = false;
   free_buffers();
 }
@@ -286,7 +507,10 @@ void capture_check_invariants(void) {
 names *capture_names(void) { return cap.names; }
 void capture_get_stats(capture_stats *stats) {
   *stats = cap.stats;
-  stats->current_every = cap.sampler.sample_every;
+  stats->current_every = cap.config.windowed ? cap.budget.current_every : cap.sampler.sample_every;
+  stats->vm_allocations = cap.running ? vm_allocations() - cap.started_allocations : 0;
+  stats->hook_allocations = cap.config.windowed ? cap.closed_window_allocations + window_seen() : stats->vm_allocations;
+  stats->window_every = cap.config.windowed ? cap.window.every : cap.sampler.sample_every;
   stats->rate_adjustments = cap.budget.adjustments;
   stats->sampling_nanos = cap.budget.total_spent;
   stats->last_overhead = cap.budget.last_overhead;

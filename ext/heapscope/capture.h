@@ -30,6 +30,8 @@ typedef struct {
   uint32_t max_frames;
   uint32_t min_age; // kept for the profile's comments; snapshots take it as an argument
   double max_overhead; // the adaptive budget (budget.h); <= 0: always sample_every
+  bool windowed;       // windowed sampling (window.h); else the hook is on for every allocation
+  double window_share; // windowed: the most allocations the hook may be on for, e.g. 0.02
   recorder_config recorder;
 } capture_config;
 
@@ -40,6 +42,11 @@ typedef struct {
   uint64_t frames_truncated;  // samples whose stack was deeper than max_frames
   uint64_t gc_end_marks;      // GCs observed
   uint64_t gc_end_marks_missed; // GCs that ran without our GC_END_MARK hook (see capture.c): counts may be off
+  uint64_t gc_registrations_deferred; // windowed: GCs inside which no hook could be registered
+  uint64_t windows_opened, windows_skipped; // windowed: windows opened; GCs without one (hook-on share cap)
+  uint64_t vm_allocations;    // allocations the VM made since start
+  uint64_t hook_allocations;  // of which the allocation hook was on for (all of them when not windowed)
+  uint32_t window_every;      // the sampling rate inside the current window (the rate when not windowed)
   uint32_t current_every;     // the sampling rate in force (the budget may have lowered it)
   uint64_t rate_adjustments;  // times the budget changed the rate
   uint64_t sampling_nanos;    // time spent in sampling work and the GC hook
@@ -55,6 +62,14 @@ void capture_fail(const char *reason);
 const char *capture_failure(void);
 // Checks the recorder's invariants (after a snapshot) and fails capture if one broke.
 void capture_check_invariants(void);
+
+// Windowed sampling needs to register hooks inside the GC, which this Ruby may not allow (capture.c).
+bool capture_windowed_supported(void);
+// GC.stress was switched (lib/heapscope.rb watches it on Ruby 3.1, see capture.c). Outside the GC.
+void capture_gc_stress_changed(bool on);
+// Before a snapshot, in windowed mode: tells the recorder what the current window's samples stand for
+// so far. Never raises.
+void capture_prepare_snapshot(void);
 
 // Once, from Init: creates the object through which the GC marks and compacts capture's state.
 void capture_init(void);

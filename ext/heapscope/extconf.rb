@@ -26,6 +26,10 @@ unless have_func("rb_objspace_marked_object_p")
 end
 # memsize_of from C; without it sizes are the slot size.
 have_func("rb_obj_memsize_of")
+# Windowed sampling registers its hooks inside the GC (capture.c). Ruby 3.2+ aborts on a malloc during
+# GC unless GC is disabled; this (exported from 3.2 on where available) disables it without finishing
+# the GC in progress. Ruby 3.1 has no such check and does not export it.
+have_func("rb_gc_disable_no_rest")
 
 abort "heapscope: zlib.h is missing (apt-get install zlib1g-dev)" unless have_header("zlib.h")
 abort "heapscope: libz is missing (apt-get install zlib1g-dev)" unless have_library("z", "deflateInit2_", "zlib.h")

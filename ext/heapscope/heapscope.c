@@ -56,17 +56,24 @@ static uint64_t monotonic_nanos(void) {
 static uint32_t to_u32(VALUE value) { return (uint32_t)NUM2ULONG(value); }
 
 // Native._start(sample_every, max_frames, min_age, track_sizes, max_tracked_objects, max_stacks, slot_size,
-//               max_overhead)
+//               max_overhead, windowed, window_share)
 static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALUE min_age, VALUE track_sizes,
-                          VALUE max_tracked_objects, VALUE max_stacks, VALUE slot_size, VALUE max_overhead) {
+                          VALUE max_tracked_objects, VALUE max_stacks, VALUE slot_size, VALUE max_overhead,
+                          VALUE windowed, VALUE window_share) {
   (void)self;
   settle_failure();
   if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
+  if (RTEST(windowed) && !capture_windowed_supported()) {
+    rb_raise(eHeapscopeError, "windowed sampling is not supported on Ruby %s (it must register hooks inside the GC, "
+             "which needs rb_gc_disable_no_rest); use sampling: :always", ruby_version);
+  }
   capture_config config = {
     .sample_every = to_u32(sample_every),
     .max_frames = to_u32(max_frames),
     .min_age = to_u32(min_age),
     .max_overhead = NIL_P(max_overhead) ? 0.0 : NUM2DBL(max_overhead),
+    .windowed = RTEST(windowed),
+    .window_share = NUM2DBL(window_share),
     .recorder = {
       .max_tracked_objects = to_u32(max_tracked_objects),
       .max_stacks = to_u32(max_stacks),
@@ -93,6 +100,11 @@ static VALUE native_running_p(VALUE self) {
   return capture_running() ? Qtrue : Qfalse;
 }
 
+// The share of allocations the allocation hook was on for (1 when not windowed).
+static double hook_on_share(const capture_stats *cs) {
+  return cs->vm_allocations == 0 ? 1.0 : (double)cs->hook_allocations / (double)cs->vm_allocations;
+}
+
 // The profile's comments: the settings and every counter of what was dropped, so a reader of the
 // profile alone can tell how complete it is.
 static char *profile_comments(uint32_t min_age) {
@@ -101,7 +113,7 @@ static char *profile_comments(uint32_t min_age) {
   recorder_stats rs;
   capture_get_stats(&cs);
   recorder_get_stats(capture_recorder(), &rs);
-  size_t size = 1024;
+  size_t size = 1536;
   char *text = malloc(size);
   if (text == NULL) return NULL;
   snprintf(text, size,
@@ -109,6 +121,7 @@ static char *profile_comments(uint32_t min_age) {
            "sample_every=%u current_sample_every=%u max_overhead=%g max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
            "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
            "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu gc_runs_missed=%llu\n"
+           "sampling=%s window_share=%g windows_opened=%llu windows_skipped=%llu hook_on_share=%.5f allocations=%llu\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
@@ -117,7 +130,10 @@ static char *profile_comments(uint32_t min_age) {
            (unsigned long long)cs.frames_truncated,
            (unsigned long long)rs.dropped_tracked_cap, (unsigned long long)rs.dropped_stack_cap,
            (unsigned long long)(rs.dropped_no_memory + cs.dropped_no_memory),
-           (unsigned long long)cs.gc_end_marks_missed);
+           (unsigned long long)cs.gc_end_marks_missed,
+           c->windowed ? "windowed" : "always", c->windowed ? c->window_share : 1.0,
+           (unsigned long long)cs.windows_opened, (unsigned long long)cs.windows_skipped, hook_on_share(&cs),
+           (unsigned long long)cs.vm_allocations);
   return text;
 }
 
@@ -154,6 +170,7 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
     rb_raise(rb_eNoMemError, "heapscope: not enough memory to name frames");
   }
   encode_job job = {0};
+  capture_prepare_snapshot();
   job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), RTEST(allocs), age);
   if (job.snapshot == NULL) rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
   capture_check_invariants();
@@ -179,6 +196,13 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   pb_free(&job.gzipped);
   if (state) rb_jump_tag(state);
   return result;
+}
+
+// Native._gc_stress_changed(flag): GC.stress was switched (lib/heapscope.rb watches it where needed).
+static VALUE native_gc_stress_changed(VALUE self, VALUE flag) {
+  (void)self;
+  capture_gc_stress_changed(RTEST(flag));
+  return Qnil;
 }
 
 static VALUE native_reset(VALUE self) {
@@ -209,6 +233,15 @@ static VALUE native_stats(VALUE self) {
   set(h, "sampling_overhead", DBL2NUM(cs.last_overhead));
   set_u64(h, "sampling_ns", cs.sampling_nanos);
   set_u64(h, "rate_adjustments", cs.rate_adjustments);
+  set(h, "sampling", ID2SYM(rb_intern(capture_current_config()->windowed ? "windowed" : "always")));
+  set(h, "window_share", capture_current_config()->windowed ? DBL2NUM(capture_current_config()->window_share) : Qnil);
+  set(h, "hook_on_share", DBL2NUM(hook_on_share(&cs)));
+  set_u64(h, "allocations", cs.vm_allocations);
+  set_u64(h, "hook_allocations", cs.hook_allocations);
+  set_u64(h, "windows_opened", cs.windows_opened);
+  set_u64(h, "windows_skipped", cs.windows_skipped);
+  set_u64(h, "window_sample_every", cs.window_every);
+  set_u64(h, "gc_registrations_deferred", cs.gc_registrations_deferred);
   set_u64(h, "samples_taken", cs.samples_taken);
   set_u64(h, "tracked_objects", rs.tracked_objects);
   set_u64(h, "stacks", rs.live_stacks);
@@ -267,13 +300,35 @@ static VALUE testing_corrupt_record(VALUE self) {
   return Qnil;
 }
 
+// Testing.tracked_objects -> Array of every object a record points at (for liveness tests).
+static VALUE testing_tracked_objects(VALUE self) {
+  (void)self;
+  if (!capture_running()) return rb_ary_new();
+  recorder_stats rs;
+  recorder_get_stats(capture_recorder(), &rs);
+  // The Array is made first, with room for all: filling it then allocates nothing, so no GC can drop
+  // records (or free their objects, which records do not keep alive) while they are copied.
+  VALUE result = rb_ary_new_capa((long)rs.tracked_objects);
+  for (size_t i = 0; i < rs.tracked_objects; i++) rb_ary_push(result, recorder_testing_object(capture_recorder(), i));
+  return result;
+}
+
 RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   VALUE mHeapscope = rb_define_module("Heapscope");
   eHeapscopeError = rb_define_class_under(mHeapscope, "Error", rb_eStandardError);
   rb_global_variable(&eHeapscopeError);
 
   VALUE mNative = rb_define_module_under(mHeapscope, "Native");
-  rb_define_singleton_method(mNative, "_start", native_start, 8);
+  rb_define_singleton_method(mNative, "_start", native_start, 10);
+  rb_define_singleton_method(mNative, "_gc_stress_changed", native_gc_stress_changed, 1);
+  // Windowed sampling is possible on this Ruby (capture_windowed_supported).
+  rb_define_const(mNative, "WINDOWED_SUPPORTED", capture_windowed_supported() ? Qtrue : Qfalse);
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+  rb_define_const(mNative, "WATCH_GC_STRESS", Qfalse);
+#else
+  // Without rb_gc_disable_no_rest nothing may be registered inside the GC while GC.stress is on.
+  rb_define_const(mNative, "WATCH_GC_STRESS", Qtrue);
+#endif
   rb_define_singleton_method(mNative, "_stop", native_stop, 0);
   rb_define_singleton_method(mNative, "_running?", native_running_p, 0);
   rb_define_singleton_method(mNative, "_profile", native_profile, 2);
@@ -285,6 +340,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mTesting, "age_bucket", testing_age_bucket, 1);
   rb_define_singleton_method(mTesting, "fail_recorder_allocations", testing_fail_recorder_allocations, 1);
   rb_define_singleton_method(mTesting, "corrupt_record", testing_corrupt_record, 0);
+  rb_define_singleton_method(mTesting, "tracked_objects", testing_tracked_objects, 0);
 
   capture_init();
 }

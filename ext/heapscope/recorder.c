@@ -3,6 +3,7 @@
 // liveness comes from the GC's mark bits rather than from a free hook.
 #include "recorder.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@ size_t rb_obj_memsize_of(VALUE obj);
 enum {
   RECORD_UNMEASURED = 1,      // allocated, not yet measured (it was not initialised in the hook)
   RECORD_FROZEN_MEASURED = 2, // seen frozen: its size can no longer change
+  RECORD_PENDING = 4,         // taken in the current sampling window: its weight is not known yet
 };
 
 typedef struct {
@@ -26,7 +28,7 @@ typedef struct {
   uint32_t stack_id; // one reference to the stack is held by the record
   uint32_t class_id;
   uint32_t alloc_gc; // rb_gc_count() when allocated (mod 2^32)
-  uint32_t weight;   // allocations this sample stands for
+  uint32_t weight;   // allocations this sample stands for (0 while RECORD_PENDING)
   uint32_t flags;
   uint32_t unused;
 } record;
@@ -40,6 +42,8 @@ typedef struct {
 typedef struct {
   alloc_key key;
   int64_t objects, bytes; // weighted
+  uint32_t pending;       // samples of the current window, weight not known yet (see recorder_commit_pending)
+  int64_t pending_bytes;  // their measured bytes, unweighted
 } alloc_counter;
 
 struct recorder {
@@ -53,6 +57,10 @@ struct recorder {
   alloc_counter *allocs; // allocs[id - 1]
   uint32_t alloc_count, alloc_capacity;
   idindex alloc_index;
+
+  uint32_t *pending_counters; // ids of counters with pending samples
+  uint32_t pending_count, pending_capacity;
+  double pending_weight;      // what a pending sample stands for so far (recorder_set_pending_weight)
 
   recorder_stats stats;
 };
@@ -71,6 +79,8 @@ static void *rec_calloc(size_t count, size_t n) { return injected_failure() ? NU
 static void *rec_realloc(void *p, size_t n) { return injected_failure() ? NULL : realloc(p, n); }
 
 void recorder_testing_fail_allocations(uint32_t n) { failing_allocations = n; }
+
+VALUE recorder_testing_object(const recorder *r, size_t i) { return r->records[i].obj; }
 
 void recorder_testing_corrupt_record(recorder *r) {
   if (r != NULL && r->record_count > 0) r->records[0].obj = Qnil;
@@ -93,6 +103,7 @@ void recorder_free(recorder *r) {
   if (r == NULL) return;
   free(r->records);
   free(r->allocs);
+  free(r->pending_counters);
   idindex_free(&r->alloc_index);
   stacktab_free(r->stacks);
   strtab_free(r->strings);
@@ -115,8 +126,24 @@ static uint32_t find_counter(const recorder *r, uint32_t stack_id, uint32_t clas
   return idindex_find(&r->alloc_index, *hash, alloc_key_equals, r, &key);
 }
 
-// Adds weight allocations to the counter of (stack_id, class_id), creating it (and taking a reference
-// to the stack) if new. Returns false when memory is short.
+// Puts counter id on the list recorder_commit_pending walks, unless it is there (it is exactly when it
+// has pending samples or bytes). Returns false when memory is short.
+static bool list_pending(recorder *r, uint32_t id) {
+  const alloc_counter *counter = &r->allocs[id - 1];
+  if (counter->pending != 0 || counter->pending_bytes != 0) return true;
+  if (r->pending_count == r->pending_capacity) {
+    uint32_t capacity = r->pending_capacity ? r->pending_capacity * 2 : 64;
+    uint32_t *ids = rec_realloc(r->pending_counters, sizeof(uint32_t) * capacity);
+    if (ids == NULL) return false;
+    r->pending_counters = ids;
+    r->pending_capacity = capacity;
+  }
+  r->pending_counters[r->pending_count++] = id;
+  return true;
+}
+
+// Adds weight allocations (0: one pending sample) to the counter of (stack_id, class_id), creating it
+// (and taking a reference to the stack) if new. Returns false when memory is short.
 static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t weight) {
   uint32_t hash;
   uint32_t id = find_counter(r, stack_id, class_id, &hash);
@@ -134,7 +161,13 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
     r->alloc_count++;
     stacktab_retain(r->stacks, stack_id);
   }
-  r->allocs[id - 1].objects += weight;
+  alloc_counter *counter = &r->allocs[id - 1];
+  if (weight != 0) {
+    counter->objects += weight;
+    return true;
+  }
+  if (!list_pending(r, id)) return false;
+  counter->pending++;
   return true;
 }
 
@@ -143,7 +176,43 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
 static void count_allocated_bytes(recorder *r, const record *rec, uint64_t size) {
   uint32_t hash;
   uint32_t id = find_counter(r, rec->stack_id, rec->class_id, &hash);
-  if (id != IDINDEX_NONE) r->allocs[id - 1].bytes += (int64_t)(rec->weight * size);
+  if (id == IDINDEX_NONE) return;
+  if (rec->flags & RECORD_PENDING) {
+    if (list_pending(r, id)) r->allocs[id - 1].pending_bytes += (int64_t)size;
+  } else r->allocs[id - 1].bytes += (int64_t)((uint64_t)rec->weight * size);
+}
+
+// ---- Pending weights (windowed sampling) ----
+
+// x rounded down or up at random, so that the expected result is x: rounding stays unbiased in sums.
+static int64_t round_randomly(double x, uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  double down = floor(x);
+  return (int64_t)down + ((double)(z >> 11) * (1.0 / 9007199254740992.0) < x - down ? 1 : 0);
+}
+
+void recorder_set_pending_weight(recorder *r, double weight) { r->pending_weight = weight; }
+
+void recorder_commit_pending(recorder *r, double weight, uint64_t random) {
+  for (size_t i = 0; i < r->record_count; i++) {
+    record *rec = &r->records[i];
+    if (!(rec->flags & RECORD_PENDING)) continue;
+    int64_t w = round_randomly(weight, &random);
+    rec->weight = w < 1 ? 1u : w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
+    rec->flags &= ~RECORD_PENDING;
+  }
+  for (uint32_t i = 0; i < r->pending_count; i++) {
+    alloc_counter *c = &r->allocs[r->pending_counters[i] - 1];
+    c->objects += round_randomly(c->pending * weight, &random);
+    c->bytes += round_randomly((double)c->pending_bytes * weight, &random);
+    c->pending = 0;
+    c->pending_bytes = 0;
+  }
+  r->pending_count = 0;
+  r->pending_weight = 0.0;
 }
 
 // ---- Records ----
@@ -179,7 +248,7 @@ void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t 
   }
   r->records[r->record_count++] = (record){
     .obj = obj, .size = r->config.slot_size, .stack_id = stack_id, .class_id = class_id, .alloc_gc = alloc_gc,
-    .weight = weight, .flags = RECORD_UNMEASURED,
+    .weight = weight, .flags = RECORD_UNMEASURED | (weight == 0 ? RECORD_PENDING : 0),
   };
 }
 
@@ -314,8 +383,9 @@ static bool group_live_records(recorder *r, uint32_t min_age, live_groups *group
       id = ++groups->count;
       groups->groups[id - 1] = (live_group){.key = key};
     }
-    groups->groups[id - 1].objects += rec->weight;
-    groups->groups[id - 1].bytes += (int64_t)(rec->weight * rec->size);
+    double weight = (rec->flags & RECORD_PENDING) ? r->pending_weight : (double)rec->weight;
+    groups->groups[id - 1].objects += llround(weight);
+    groups->groups[id - 1].bytes += llround(weight * (double)rec->size);
   }
   r->record_count = kept;
   return grouping;
@@ -417,8 +487,10 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
   // Allocation counters first (alloc_* values, no gc_age), then live groups (inuse_* values).
   for (uint32_t i = 0; ok && i < r->alloc_count; i++) {
     const alloc_counter *c = &r->allocs[i];
-    if (c->objects == 0) continue;
-    int64_t values[HS_VALUE_COUNT] = {c->objects, c->bytes, 0, 0};
+    int64_t objects = c->objects + llround(c->pending * r->pending_weight);
+    int64_t bytes = c->bytes + llround((double)c->pending_bytes * r->pending_weight);
+    if (objects == 0) continue;
+    int64_t values[HS_VALUE_COUNT] = {objects, bytes, 0, 0};
     ok = add_sample(&sr, c->key.stack_id, c->key.class_id, HS_NO_AGE, values);
   }
   for (uint32_t i = 0; ok && i < groups.count; i++) {
@@ -445,6 +517,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
 void recorder_reset_allocs(recorder *r) {
   for (uint32_t i = 0; i < r->alloc_count; i++) stacktab_release(r->stacks, r->allocs[i].key.stack_id);
   r->alloc_count = 0;
+  r->pending_count = 0;
   idindex_free(&r->alloc_index);
   // If this fails the index is empty with no slots, which still works: the next insert allocates.
   (void)idindex_init(&r->alloc_index, 256);
@@ -461,5 +534,6 @@ void recorder_get_stats(const recorder *r, recorder_stats *stats) {
   stats->strings = strtab_count(r->strings) - 1;
   stats->memory_bytes = sizeof(recorder) + sizeof(record) * r->record_capacity +
                         sizeof(alloc_counter) * r->alloc_capacity + idindex_memory(&r->alloc_index) +
+                        sizeof(uint32_t) * r->pending_capacity +
                         stacktab_memory(r->stacks) + strtab_memory(r->strings);
 }

@@ -58,7 +58,8 @@ strtab *recorder_strings(recorder *r);
 stacktab *recorder_stacks(recorder *r);
 
 // Starts tracking obj, allocated at the stack frame_ids[0..n) (leaf first), of class class_id (a
-// string id), when rb_gc_count() was alloc_gc; it stands for weight allocations. Called from the
+// string id), when rb_gc_count() was alloc_gc; it stands for weight allocations, or, with weight 0, for
+// the current sampling window's weight, not known yet (see recorder_commit_pending). Called from the
 // allocation hook: never allocates Ruby objects, never raises (failures are counted). The object is
 // not initialised yet, so it is measured later: at the end of the next GC's marking (its
 // "allocation size", counted in alloc_space) or at the next snapshot, whichever comes first.
@@ -78,6 +79,15 @@ void recorder_on_compact(recorder *r);
 // before (names_resolve). allocs marks it as an allocations profile. NULL when memory is short.
 hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age);
 
+// Windowed sampling (window.h): a sample's weight is known only when its window's stride ends, at the
+// next window. Until then the sample is pending: snapshots count it at the weight set here (what it
+// stands for so far; 0 before any is set). Never allocates, never raises.
+void recorder_set_pending_weight(recorder *r, double weight);
+// Gives every pending sample (records and allocation counters) its final weight, rounded up or down at
+// random (random seeds it) so that sums stay unbiased. Walks the records; may run inside the GC (it
+// reads no object). Never allocates, never raises.
+void recorder_commit_pending(recorder *r, double weight, uint64_t random);
+
 // Zeroes the allocation counters (and releases the stacks only they kept alive).
 void recorder_reset_allocs(recorder *r);
 
@@ -92,6 +102,9 @@ uint32_t recorder_age_bucket(uint32_t age);
 // Fault injection: the recorder's next n allocations of its own (records, counters, snapshot
 // scratch) fail as if memory were short; 0 turns it off. Process-wide.
 void recorder_testing_fail_allocations(uint32_t n);
+// The object of record i (i < tracked_objects). (Outside the GC every record points at a live object:
+// tests check that none is one they dropped.)
+VALUE recorder_testing_object(const recorder *r, size_t i);
 // Fault injection: makes the first record point at no object, as a bug would.
 void recorder_testing_corrupt_record(recorder *r);
 

@@ -22,6 +22,8 @@ module Heapscope
       "--app-name" => ["HEAPSCOPE_APP_NAME", "NAME", "name in file names (default: the script's name)"],
       "--max-frames" => ["HEAPSCOPE_MAX_FRAMES", "N", "deepest stack kept, 1..3000 (default 400)"],
       "--min-age" => ["HEAPSCOPE_MIN_AGE", "GCS", "leave out objects younger than GCS collections (default 1)"],
+      "--sampling" => ["HEAPSCOPE_SAMPLING", "MODE", "windowed or always (default windowed; always with --sample-every 1)"],
+      "--window-share" => ["HEAPSCOPE_WINDOW_SHARE", "FRACTION", "most allocations the hook is on for when windowed, (0, 1] (default 0.02)"],
     }.freeze
 
     USAGE = <<~TEXT

@@ -22,6 +22,8 @@ module Heapscope
       "HEAPSCOPE_MAX_STACKS" => "cap on unique stacks, drops are counted (default 100000)",
       "HEAPSCOPE_MAX_OVERHEAD" => "fraction of run time the sampler may cost, above 0 and at most 1, or off (default 0.01)",
       "HEAPSCOPE_TRACK_SIZES" => "1 measures object sizes (inuse_space), 0 counts objects only (default 1)",
+      "HEAPSCOPE_SAMPLING" => "windowed or always: when the allocation hook is on (default windowed; always when HEAPSCOPE_SAMPLE_EVERY is 1)",
+      "HEAPSCOPE_WINDOW_SHARE" => "most allocations the hook is on for when windowed, above 0 and at most 1 (default 0.02)",
       "HEAPSCOPE_DIR" => "write profiles to this directory every HEAPSCOPE_INTERVAL and a final one at exit",
       "HEAPSCOPE_INTERVAL" => "seconds between periodic files and Pyroscope pushes, 0.1..86400 (default 60)",
       "HEAPSCOPE_KEEP" => "keep the newest K profile files of the app in HEAPSCOPE_DIR (default 48)",
@@ -36,6 +38,7 @@ module Heapscope
     }.freeze
 
     FORK_MODES = %w[offset same off].freeze
+    SAMPLING_MODES = %w[windowed always].freeze
     LABEL_KEY = /\A[A-Za-z_][A-Za-z0-9_.]*\z/.freeze
 
     class << self
@@ -74,6 +77,10 @@ module Heapscope
         config[:start][:max_overhead] = overhead unless overhead == :unset
         sizes = p.boolean("HEAPSCOPE_TRACK_SIZES", nil)
         config[:start][:track_sizes] = sizes unless sizes.nil?
+        sampling = p.one_of("HEAPSCOPE_SAMPLING", SAMPLING_MODES)
+        config[:start][:sampling] = sampling.to_sym unless sampling.nil?
+        share = p.fraction("HEAPSCOPE_WINDOW_SHARE", off: false)
+        config[:start][:window_share] = share unless share.nil? || share == :unset
         [config, p]
       end
 
@@ -160,16 +167,27 @@ module Heapscope
         value
       end
 
-      # A fraction in (0, 1], or nil for "off"; :unset when the variable is not set.
-      def fraction(name)
+      # A fraction in (0, 1], or nil for "off" (when off is allowed); :unset when the variable is not set.
+      def fraction(name, off: true)
         text = string(name)
         return :unset if text.nil?
-        return nil if %w[off none].include?(text.downcase)
+        return nil if off && %w[off none].include?(text.downcase)
 
         value = Float(text) if text.match?(/\A\d*\.?\d+\z/)
-        return bad(name, "must be a number above 0 and at most 1, or off") unless value&.positive? && value <= 1
+        unless value&.positive? && value <= 1
+          return bad(name, "must be a number above 0 and at most 1#{off ? ", or off" : ""}")
+        end
 
         value
+      end
+
+      # One of words (exact), or nil when unset or bad.
+      def one_of(name, words)
+        text = string(name)
+        return nil if text.nil?
+        return bad(name, "must be one of #{words.join(", ")}") unless words.include?(text)
+
+        text
       end
 
       def boolean(name, default)
@@ -201,11 +219,7 @@ module Heapscope
       def http
         text = string("HEAPSCOPE_HTTP")
         token = string("HEAPSCOPE_HTTP_TOKEN")
-        mode = string("HEAPSCOPE_HTTP_FORK") || "offset"
-        unless FORK_MODES.include?(mode)
-          bad("HEAPSCOPE_HTTP_FORK", "must be one of #{FORK_MODES.join(", ")}")
-          mode = "offset"
-        end
+        mode = one_of("HEAPSCOPE_HTTP_FORK", FORK_MODES) || "offset"
         return nil if text.nil?
 
         begin

@@ -1,0 +1,111 @@
+# frozen_string_literal: true
+
+require_relative "core_helper"
+
+# Windowed sampling's machinery (ext/heapscope/window.h, capture.c): hooks registered inside GCs only,
+# liveness exact without a permanent GC hook (compaction included), the hook-on share, threads and
+# GC.stress. Its statistics are judged in test_windowed_accuracy.rb.
+class TestCoreWindowed < Minitest::Test
+  include CoreHelper
+
+  class Kept; end
+  class Dropped; end
+
+  def tracked(klass)
+    Heapscope::Testing.tracked_objects.select { |o| o.instance_of?(klass) }
+  end
+
+  # Many samples: windows on for half the allocations, 1 in 5 inside them.
+  def start_dense
+    Heapscope.start(sampling: :windowed, window_share: 0.5, sample_every: 5, max_overhead: nil)
+  end
+
+  def test_no_record_outlives_its_object_through_minor_major_and_compacting_gcs
+    start_dense
+    gcs_before = GC.count
+    kept = []
+    30.times do
+      2_000.times { |i| i.even? ? kept << Kept.new : Dropped.new }
+      GC.start(full_mark: false) if kept.size % 6_000 == 0
+    end
+    in_finished_thread { GC.start }
+    GC.compact if GC.respond_to?(:compact)
+    GC.verify_compaction_references(double_heap: true, toward: :empty) if GC.respond_to?(:verify_compaction_references)
+    GC.start
+
+    kept_ids = kept.to_h { |o| [o.__id__, true] }
+    tracked_kept = tracked(Kept)
+    refute_empty tracked_kept, "windows sampled some of the kept objects"
+    assert tracked_kept.all? { |o| kept_ids[o.__id__] }, "every tracked Kept is one of ours"
+    assert_empty tracked(Dropped), "no record of a dropped object survived a GC"
+    stats = Heapscope.stats
+    assert_equal GC.count - gcs_before, stats[:gc_runs_seen], "a liveness pass ran at every GC: #{stats}"
+    assert_equal 0, stats[:gc_runs_missed]
+    assert_equal 0, stats[:gc_registrations_deferred]
+    assert_operator stats[:windows_opened], :>, 1
+  end
+
+  def test_live_objects_stay_tracked_and_counted_after_compaction
+    start_dense
+    kept = Array.new(40_000) { Kept.new }
+    GC.start
+    before = tracked(Kept).size
+    assert_operator before, :>, 0
+    GC.compact if GC.respond_to?(:compact)
+    GC.start
+    assert_equal before, tracked(Kept).size, "compaction moved objects; their records followed"
+    live = samples_at(heap_profile, line_of("Array.new(40_000) { Kept.new }", __FILE__), klass: Kept.name)
+    assert_operator live.sum { |s| s.value("inuse_objects") }, :>, 0
+    kept.clear
+  end
+
+  def test_the_hook_is_on_for_about_its_share_of_allocations
+    Heapscope.start # the defaults: windowed, 2%
+    3_000_000.times { Object.new }
+    stats = Heapscope.stats
+    assert_equal :windowed, stats[:sampling]
+    assert_operator stats[:windows_opened], :>, 3
+    # The first window's delay (up to 65,536 allocations, once) is part of the share too.
+    assert_operator stats[:hook_on_share], :<, 0.04, stats.inspect
+    assert_operator stats[:hook_on_share], :>, 0.005, stats.inspect
+    assert_operator stats[:allocations], :>=, 3_000_000
+    comments = heap_profile.comments.join("\n")
+    assert_match(/sampling=windowed window_share=0\.02 windows_opened=\d+/, comments)
+  end
+
+  def test_windows_open_for_allocations_in_a_thread_while_the_main_thread_sleeps
+    Heapscope.start(sampling: :windowed, sample_every: 100, max_overhead: nil)
+    kept = []
+    worker = Thread.new { 200_000.times { kept << Kept.new } }
+    sleep 0.01 while worker.alive?
+    worker.join
+    GC.start
+    assert_operator Heapscope.stats[:windows_opened], :>, 2
+    refute_empty tracked(Kept), "windows opened by the worker's GCs sampled its allocations"
+  end
+
+  def test_gc_stress_keeps_liveness_exact
+    start_dense
+    kept = []
+    GC.stress = true
+    300.times { |i| i.even? ? kept << Kept.new : Dropped.new }
+    GC.stress = false
+    GC.start
+    assert_empty tracked(Dropped)
+    ids = kept.to_h { |o| [o.__id__, true] }
+    assert tracked(Kept).all? { |o| ids[o.__id__] }
+    assert_equal 0, Heapscope.stats[:gc_runs_missed]
+  end
+
+  def test_stop_and_restart_mid_window
+    5.times do
+      Heapscope.start(sampling: :windowed, window_share: 0.5, sample_every: 3)
+      10_000.times { Object.new }
+      Heapscope.stop
+    end
+    Heapscope.start
+    100_000.times { Object.new }
+    assert Heapscope.running?
+    assert_kind_of String, Heapscope.profile
+  end
+end

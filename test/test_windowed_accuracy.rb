@@ -1,0 +1,104 @@
+# frozen_string_literal: true
+
+# Windowed sampling (the default) against the truth: each workload of test/workloads/windowed_accuracy.rb
+# runs RUNS times, each in a fresh process; `go tool pprof -tags` reads every profile (the reference
+# decoder, not ours); per site, the mean estimate must lie within 4 standard errors of the truth, the
+# standard error being the runs' own standard deviation over sqrt(RUNS). So a biased estimator fails
+# however noisy windows are, and an unbiased one passes however few samples a run takes.
+require "minitest/autorun"
+require "json"
+require "open3"
+require "tmpdir"
+require "rbconfig"
+
+class TestWindowedAccuracy < Minitest::Test
+  ROOT = File.expand_path("..", __dir__)
+  WORKLOAD = File.join(ROOT, "test/workloads/windowed_accuracy.rb")
+  RUNS = Integer(ENV.fetch("HEAPSCOPE_ACCURACY_RUNS", 16))
+  PARALLEL = 4
+  # Sites with fewer expected samples per run than this are reported, not judged: their estimates are
+  # mostly zero, and four standard errors of mostly-zero runs say nothing.
+  MIN_EXPECTED_SAMPLES = 5
+  SAMPLE_EVERY = 1000
+
+  def setup
+    skip "go is not installed (go tool pprof)" unless system("command -v go >/dev/null 2>&1")
+  end
+
+  # The class tag's totals of one sample type, as go tool pprof reports them.
+  def go_tags(path, sample_index)
+    out, err, status = Open3.capture3("go", "tool", "pprof", "-tags", "-sample_index=#{sample_index}", path)
+    assert status.success?, "go tool pprof -tags failed on #{path}: #{err}"
+    section = out.split(/^\s*(?=\w+: Total)/).find { |s| s.start_with?("class:") } || ""
+    section.scan(/^\s+([\d.]+) \([^)]*\): (\S+)$/).to_h { |value, klass| [klass, value.to_f] }
+  end
+
+  def run_workload(name)
+    Array.new(RUNS) { |i| i }.each_slice(PARALLEL).flat_map do |slice|
+      slice.map do |i|
+        Thread.new do
+          Dir.mktmpdir("heapscope-accuracy") do |dir|
+            out, err, status = Open3.capture3(RbConfig.ruby, "-I", File.join(ROOT, "lib"), WORKLOAD, name, dir)
+            assert status.success?, "workload #{name} run #{i} failed: #{err}"
+            result = JSON.parse(out.lines.last)
+            result["allocs"] = go_tags(File.join(dir, "allocs.pb.gz"), "alloc_objects")
+            result["live"] = go_tags(File.join(dir, "heap.pb.gz"), "inuse_objects")
+            result
+          end
+        end
+      end.map(&:value)
+    end
+  end
+
+  # Checks every site of one kind ("allocs" or "live") of the runs against the truth.
+  def assert_unbiased(name, runs, kind)
+    truth = runs.first.dig("truth", kind)
+    report = []
+    truth.each do |site, expected|
+      estimates = runs.map { |r| r[kind].fetch(site, 0.0) }
+      mean = estimates.sum / estimates.size
+      sd = Math.sqrt(estimates.sum { |e| (e - mean)**2 } / (estimates.size - 1))
+      se = sd / Math.sqrt(estimates.size)
+      judged = expected / SAMPLE_EVERY >= MIN_EXPECTED_SAMPLES
+      report << format("%-9s %-6s %-8s truth %8d mean %10.0f (%+6.1f%%) sd/run %5.1f%% z %+5.2f%s", name, kind, site, expected,
+                       mean, 100.0 * (mean - expected) / expected, 100.0 * sd / expected,
+                       se.positive? ? (mean - expected) / se : 0.0, judged ? "" : " (not judged: too few samples)")
+      next unless judged
+
+      assert se.positive?, "#{name} #{kind} #{site}: every run gave #{estimates.first}"
+      assert_operator (mean - expected).abs, :<=, 4 * se,
+                      "#{name} #{kind} #{site}: the mean of #{RUNS} runs is more than 4 standard errors from the truth\n#{report.join("\n")}"
+    end
+    puts report if ENV["HEAPSCOPE_ACCURACY_REPORT"]
+  end
+
+  def check(name)
+    runs = run_workload(name)
+    runs.each do |r|
+      assert_equal "windowed", r.dig("stats", "sampling"), "the default sampling mode is windowed"
+      assert_operator r.dig("stats", "hook_on_share"), :<=, 0.04, "the hook was on for too many allocations: #{r["stats"]}"
+    end
+    assert_unbiased(name, runs, "allocs")
+    assert_unbiased(name, runs, "live") unless runs.first.dig("truth", "live").empty?
+  end
+
+  def test_alternating_sites
+    check("alternating")
+  end
+
+  def test_bursty_sites
+    check("bursty")
+  end
+
+  def test_malloc_driven_gc
+    check("malloc_gc")
+  end
+
+  def test_mixed_json_like_documents
+    check("mixed_json")
+  end
+
+  def test_phases_longer_than_a_window
+    check("phases")
+  end
+end
