@@ -1,8 +1,8 @@
 // fuzz_lifecycle: the recorder's record lifecycle inside a real Ruby VM. libruby is embedded; the
 // extension's sources are linked in and Init_heapscope is called directly. Each input is a sequence of
 // operations run through Heapscope::Native and small Ruby snippets (so allocations have Ruby frames):
-// start (random sample_every, max_frames, min_age, caps), allocate objects of several types at several
-// sites and keep some, drop kept objects, minor and major GCs, compaction, profiles of both types,
+// start (random sample_every, max_frames, min_age, caps, windowed or always sampling and its share),
+// allocate objects of several types at several sites and keep some, drop kept objects, minor and major GCs, compaction, profiles of both types,
 // reset, stop and restart. After every operation the recorder must hold no invalid record, and every
 // profile must be gzip bytes. A crash, a sanitizer report or a broken check fails the target.
 //
@@ -70,9 +70,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 static void start(fz_input *in) {
-  run("Heapscope::Native._start(%u, %u, %u, %s, %u, %u, 40, %s)", fz_below(in, 4) == 0 ? 1 + fz_below(in, 50) : 1,
+  static const char *const shares[] = {"0.02", "0.3", "1.0"};
+  run("Heapscope::Native._start(%u, %u, %u, %s, %u, %u, 40, %s, %s, %s)", fz_below(in, 4) == 0 ? 1 + fz_below(in, 50) : 1,
       1 + fz_below(in, 64), fz_below(in, 3), fz_below(in, 2) ? "true" : "false", 1 + fz_below(in, 5000),
-      1 + fz_below(in, 200), fz_below(in, 2) ? "nil" : "0.5");
+      1 + fz_below(in, 200), fz_below(in, 2) ? "nil" : "0.5", fz_below(in, 2) ? "true" : "false",
+      shares[fz_below(in, 3)]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

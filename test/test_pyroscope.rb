@@ -183,7 +183,7 @@ class TestPyroscope < Minitest::Test
   def test_autostart_pushes_to_the_receiver
     skip_unless_native
     env = ruby_env("HEAPSCOPE_PYROSCOPE_URL" => "http://127.0.0.1:#{@receiver.port}", "HEAPSCOPE_APP_NAME" => "svc",
-                   "HEAPSCOPE_INTERVAL" => "0.3", "HEAPSCOPE_SAMPLE_EVERY" => "100",
+                   "HEAPSCOPE_INTERVAL" => "0.3", "HEAPSCOPE_SAMPLE_EVERY" => "100", "HEAPSCOPE_SAMPLING" => "always",
                    "HEAPSCOPE_PYROSCOPE_LABELS" => "env=test")
     script = "$keep = Array.new(20_000) { |i| 'kept-' * 8 + i.to_s } # KEPT\nGC.start\nsleep 1.2"
     out, err, status = Timeout.timeout(60) { Open3.capture3(env, RbConfig.ruby, "-e", script) }

@@ -72,11 +72,18 @@ class TestWindowedAccuracy < Minitest::Test
     puts report if ENV["HEAPSCOPE_ACCURACY_REPORT"]
   end
 
+  # Allocations the hook may be on for once per run, on top of the share: the first window's delay (up to
+  # 65,536) and the 16 warm-up windows (up to 8 x 256 delay + 256 sampled each); see ext/heapscope/window.h.
+  START_UP_ALLOWANCE = 65_536 + 16 * 9 * 256
+
   def check(name)
     runs = run_workload(name)
     runs.each do |r|
-      assert_equal "windowed", r.dig("stats", "sampling"), "the default sampling mode is windowed"
-      assert_operator r.dig("stats", "hook_on_share"), :<=, 0.04, "the hook was on for too many allocations: #{r["stats"]}"
+      stats = r["stats"]
+      assert_equal "windowed", stats["sampling"], "the default sampling mode is windowed"
+      # 1.5x the share: a run's coins may let through more windows than their average
+      allowed = 1.5 * 0.02 * stats["allocations"] + START_UP_ALLOWANCE
+      assert_operator stats["hook_on_share"] * stats["allocations"], :<=, allowed, "the hook was on for too many allocations: #{stats}"
     end
     assert_unbiased(name, runs, "allocs")
     assert_unbiased(name, runs, "live") unless runs.first.dig("truth", "live").empty?

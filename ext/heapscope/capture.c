@@ -219,7 +219,8 @@ static void next_stride(uint64_t allocations) {
     // weights of windows that a coin let through (window.h).
     cap.expected_stride = cap.expected_stride == 0 ? (double)stride : 0.75 * cap.expected_stride + 0.25 * (double)stride;
     open = window_plan_next(cap.config.window_share, (uint64_t)cap.expected_stride, cap.budget.current_every,
-                            sampler_random(&cap.sampler), sampler_random(&cap.sampler), &plan);
+                            sampler_random(&cap.sampler), sampler_random(&cap.sampler),
+                            cap.stats.windows_opened < WINDOW_WARM_UP, &plan);
   }
   cap.strides_started = true;
   cap.stride_started_at = allocations;

@@ -6,7 +6,7 @@
 static double unit(uint64_t random) { return (double)(random >> 11) * (1.0 / 9007199254740992.0); }
 
 bool window_plan_next(double share, uint64_t previous, uint32_t sample_every, uint64_t random0, uint64_t random1,
-                      window_plan *plan) {
+                      bool warm_up, window_plan *plan) {
   // The hook is on for the delay (on average WINDOW_DELAY_SPAN / 2 times the sampled part) plus the
   // sampled part; the stride is expected to be like the previous one.
   const double on_per_length = 1.0 + WINDOW_DELAY_SPAN / 2.0;
@@ -18,6 +18,7 @@ bool window_plan_next(double share, uint64_t previous, uint32_t sample_every, ui
     length = WINDOW_MIN_LENGTH;
   }
   if (length > WINDOW_MAX_LENGTH) length = WINDOW_MAX_LENGTH;
+  if (warm_up) probability = 1.0;
   plan->probability = probability;
   if (probability < 1.0 && unit(random1) >= probability) return false;
   // Samples wanted for the stride: expected_stride / sample_every, from `length` allocations of the
@@ -30,7 +31,7 @@ bool window_plan_next(double share, uint64_t previous, uint32_t sample_every, ui
 }
 
 void window_plan_first(double share, uint32_t sample_every, uint64_t gc_interval, uint64_t random, window_plan *plan) {
-  window_plan_next(share, 0, sample_every, random, 0, plan);
+  window_plan_next(share, 0, sample_every, random, 0, true, plan);
   if (gc_interval < WINDOW_MIN_LENGTH) gc_interval = WINDOW_MIN_LENGTH;
   if (gc_interval > WINDOW_FIRST_DELAY_MAX) gc_interval = WINDOW_FIRST_DELAY_MAX;
   plan->delay = (random >> 8) % gc_interval;

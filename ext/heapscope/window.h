@@ -37,6 +37,10 @@
 #ifndef WINDOW_DELAY_SPAN
 #define WINDOW_DELAY_SPAN 8
 #endif
+// The first this many windows ignore the share's coin (window_plan_next's warm_up): a process that was
+// just started has had few GCs, and short strides would give it only a window now and then. It costs at
+// most this many windows' worth of hook-on allocations once, about 20,000.
+#define WINDOW_WARM_UP 16
 // The first window's delay (at start) is uniform over about one GC interval, up to this many allocations.
 #define WINDOW_FIRST_DELAY_MAX (1u << 16)
 // The longest sampled part (a bound for counters, reached only when GCs are millions of allocations apart).
@@ -53,9 +57,10 @@ typedef struct {
 // unknown, at start: the minimum length), so the hook stays on for about `share` of allocations on
 // average, and samples come at about 1 in sample_every allocations overall. random0 and random1 are
 // uniform 64-bit numbers. Returns false when the coin says no window for this stride (plan->probability
-// is still set); true with the plan filled in.
+// is still set); true with the plan filled in. With warm_up, no coin: a window for sure (probability 1),
+// whatever the share says.
 bool window_plan_next(double share, uint64_t previous, uint32_t sample_every, uint64_t random0, uint64_t random1,
-                      window_plan *plan);
+                      bool warm_up, window_plan *plan);
 
 // Plans the window opened at start: like the first window of window_plan_next, but its delay is uniform
 // over the allocations until about the next GC (gc_interval, an estimate): the start is a fixed point in

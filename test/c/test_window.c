@@ -18,7 +18,7 @@ static uint64_t xorshift(uint64_t *x) {
 
 static void test_first_window_has_the_minimum_length(void) {
   window_plan p;
-  CHECK(window_plan_next(0.02, 0, 1000, 12345, 0, &p));
+  CHECK(window_plan_next(0.02, 0, 1000, 12345, 0, false, &p));
   CHECK_EQ_U64(p.length, WINDOW_MIN_LENGTH);
   CHECK(p.delay <= WINDOW_DELAY_SPAN * p.length);
   CHECK(p.probability == 1.0);
@@ -47,7 +47,7 @@ static void test_short_strides_get_a_window_by_coin(void) {
   uint64_t x = 12345, opened = 0, n = 40000;
   window_plan p;
   for (uint64_t i = 0; i < n; i++) {
-    bool open = window_plan_next(0.02, (uint64_t)stride, 1000, xorshift(&x), xorshift(&x), &p);
+    bool open = window_plan_next(0.02, (uint64_t)stride, 1000, xorshift(&x), xorshift(&x), false, &p);
     CHECK(p.probability > 0.2499 && p.probability < 0.2501);
     if (open) {
       opened++;
@@ -55,8 +55,11 @@ static void test_short_strides_get_a_window_by_coin(void) {
     }
   }
   CHECK(opened > n / 4 - 600 && opened < n / 4 + 600);
+  // Warming up, the coin is not thrown: always a window, weighed as such.
+  CHECK(window_plan_next(0.02, (uint64_t)stride, 1000, 1, UINT64_MAX, true, &p));
+  CHECK(p.probability == 1.0);
   // Over the coin, a stride's expected weight sum is the stride: P(open) * samples * weight.
-  CHECK(window_plan_next(0.02, (uint64_t)stride, 1000, 1, 0, &p)); // random1 = 0: heads
+  CHECK(window_plan_next(0.02, (uint64_t)stride, 1000, 1, 0, false, &p)); // random1 = 0: heads
   double expected = p.probability * ((double)p.length / p.every) * window_weight(&p, p.length, (uint64_t)stride);
   CHECK(expected > stride * 0.9999 && expected < stride * 1.0001);
 }
@@ -64,7 +67,7 @@ static void test_short_strides_get_a_window_by_coin(void) {
 static void test_length_follows_the_stride_within_the_share(void) {
   window_plan p;
   for (uint64_t stride = 70000; stride < 100000000; stride *= 3) {
-    CHECK(window_plan_next(0.02, stride, 1000, stride * 7919, 0, &p));
+    CHECK(window_plan_next(0.02, stride, 1000, stride * 7919, 0, false, &p));
     CHECK(p.probability == 1.0);
     // mean hook-on = delay mean + length, within the share of the stride
     CHECK(on_per_length * (double)p.length <= 0.02 * (double)stride + 1e-9);
@@ -78,9 +81,9 @@ static void test_length_follows_the_stride_within_the_share(void) {
 
 static void test_rate_never_drops_below_every_allocation(void) {
   window_plan p;
-  CHECK(window_plan_next(0.02, 1000000, 1, 3, 0, &p));
+  CHECK(window_plan_next(0.02, 1000000, 1, 3, 0, false, &p));
   CHECK_EQ_U64(p.every, 1);
-  CHECK(window_plan_next(1.0, 1000000, 1, 3, 0, &p));
+  CHECK(window_plan_next(1.0, 1000000, 1, 3, 0, false, &p));
   CHECK_EQ_U64(p.length, (uint64_t)(1000000 / on_per_length));
 }
 
@@ -90,7 +93,7 @@ static void test_delay_is_uniform_over_its_span(void) {
   uint64_t seen_zero = 0, seen_max = 0, sum = 0, n = 200000;
   uint64_t x = 88172645463325252ull;
   for (uint64_t i = 0; i < n; i++) {
-    window_plan_next(0.02, 0, 1000, xorshift(&x), 0, &p);
+    window_plan_next(0.02, 0, 1000, xorshift(&x), 0, false, &p);
     CHECK(p.delay <= span);
     seen_zero += p.delay == 0;
     seen_max += p.delay == span;
