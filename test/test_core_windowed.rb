@@ -54,8 +54,11 @@ class TestCoreWindowed < Minitest::Test
     GC.compact if GC.respond_to?(:compact)
     GC.start
     assert_equal before, tracked(Kept).size, "compaction moved objects; their records followed"
-    live = samples_at(heap_profile, line_of("Array.new(40_000) { Kept.new }", __FILE__), klass: Kept.name)
-    assert_operator live.sum { |s| s.value("inuse_objects") }, :>, 0
+    prof = heap_profile
+    live = samples_at(prof, line_of("Array.new(40_000) { Kept.new }", __FILE__), klass: Kept.name)
+    assert_operator live.sum { |s| s.value("inuse_objects") }, :>, 0,
+                    "tracked #{tracked(Kept).size}; stats #{Heapscope.stats}; samples of Kept: " +
+                    prof.samples.select { |s| s.labels["class"] == Kept.name }.map { |s| [s.values, s.labels, s.frames.first(2).map(&:to_s)] }.inspect
     kept.clear
   end
 

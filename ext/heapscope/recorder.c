@@ -65,6 +65,8 @@ struct recorder {
   recorder_stats stats;
 };
 
+static bool record_is_valid(VALUE obj);
+
 // ---- Test-only fault injection (recorder_testing_fail_allocations) ----
 
 static uint32_t failing_allocations; // the next this many recorder allocations fail
@@ -80,7 +82,9 @@ static void *rec_realloc(void *p, size_t n) { return injected_failure() ? NULL :
 
 void recorder_testing_fail_allocations(uint32_t n) { failing_allocations = n; }
 
-VALUE recorder_testing_object(const recorder *r, size_t i) { return r->records[i].obj; }
+VALUE recorder_testing_object(const recorder *r, size_t i) {
+  return record_is_valid(r->records[i].obj) ? r->records[i].obj : Qundef;
+}
 
 void recorder_testing_corrupt_record(recorder *r) {
   if (r != NULL && r->record_count > 0) r->records[0].obj = Qnil;

@@ -102,8 +102,9 @@ uint32_t recorder_age_bucket(uint32_t age);
 // Fault injection: the recorder's next n allocations of its own (records, counters, snapshot
 // scratch) fail as if memory were short; 0 turns it off. Process-wide.
 void recorder_testing_fail_allocations(uint32_t n);
-// The object of record i (i < tracked_objects). (Outside the GC every record points at a live object:
-// tests check that none is one they dropped.)
+// The object of record i (i < tracked_objects), or Qundef if its slot holds no object (a record left
+// stale by a GC that ran without our hook). Outside the GC every other record points at a live object:
+// tests check that none is one they dropped.
 VALUE recorder_testing_object(const recorder *r, size_t i);
 // Fault injection: makes the first record point at no object, as a bug would.
 void recorder_testing_corrupt_record(recorder *r);
