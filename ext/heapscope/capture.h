@@ -1,17 +1,21 @@
-// capture: the allocation hook, from an allocation to a record.
+// capture: the allocation hook, from an allocation to a record, and when the hooks are on.
 //
 //   allocation --NEWOBJ hook--> countdown hits 0? --no--> return (a decrement and a branch)
-//                                   | yes
+//                                   | yes: a sample, or (windowed) the window's end: the hook removes itself
 //                                   v
 //     rb_profile_frames into a preallocated buffer -> code ids (names.h) -> frame and stack ids
 //     (stacktab) -> class name id -> recorder_track. No Ruby allocation, no raise, no object id.
 //
-// Everything happens inside the hook, in the allocating thread. (A postponed job would have been the
-// natural place for the rest, but on Ruby 3.1 postponed jobs run only on the main thread, so samples
-// from other threads would wait, or be lost, until it runs.) Names that need Ruby allocation are read
-// when a profile is built. A GC_END_MARK hook keeps the records pointing only at live objects; the
-// holder object's dcompact follows objects moved by compaction. One capture per process (the VM has
-// one heap); all state is static.
+// Sampling modes: always (both hooks registered from start to stop) or windowed (window.h): the holder
+// object's dmark, run inside every GC's marking, registers the GC_END_MARK hook for that GC and ends a
+// stride; the next stride may get a window (the NEWOBJ hook with a delay and a length). Between windows
+// no hook is registered at all. Registering mallocs, which inside a GC needs care (capture.c).
+//
+// Everything happens in the allocating thread or the GC. (A postponed job would have been the natural
+// place for the rest, but it runs only at the next interrupt check, which a long C call never reaches.)
+// Names that need Ruby allocation are read when a profile is built. The GC_END_MARK hook keeps the
+// records pointing only at live objects; the holder's dcompact follows objects moved by compaction. One
+// capture per process (the VM has one heap); all state is static.
 //
 // NOTE: every function runs with the GVL held and none raises; capture_start reports failure by
 //       returning false (memory short).

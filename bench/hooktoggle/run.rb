@@ -1,0 +1,39 @@
+#!/usr/bin/env ruby
+# frozen_string_literal: true
+
+# Does turning the allocation hook on and off change the GC's work? Runs bench's mixed workload (JSON
+# pages) unprofiled and with bench/hooktoggle at several window lengths, each in a fresh process, and
+# prints minor GCs and objects promoted to the old generation. No heapscope code is involved.
+#
+#   ruby bench/hooktoggle/run.rb [PAGES]      (builds the extension into tmp/bench/hooktoggle first)
+require "rbconfig"
+require "fileutils"
+
+root = File.expand_path("../..", __dir__)
+build = File.join(root, "tmp/bench/hooktoggle")
+FileUtils.mkdir_p(build)
+Dir.chdir(build) do
+  system(RbConfig.ruby, File.join(__dir__, "extconf.rb"), out: File::NULL) or abort "extconf failed"
+  system("make", "-s", out: File::NULL) or abort "make failed"
+end
+pages = Integer(ARGV[0] || 900)
+cell = <<~RUBY
+  require "hooktoggle"
+  require_relative "#{root}/bench/workloads/registry"
+  Bench::Workloads.load_all
+  w = Bench::Workloads.fetch("mixed")
+  w.run(15)
+  GC.start(full_mark: true, immediate_sweep: true)
+  HookToggle.start(Integer(ARGV[0]))
+  s0 = GC.stat
+  w.run(#{pages})
+  s1 = GC.stat
+  puts [s1[:minor_gc_count] - s0[:minor_gc_count], s1[:old_objects] - s0[:old_objects], HookToggle.windows].join(" ")
+RUBY
+puts "window length   minor GCs   promoted   windows   (mixed workload, #{pages} pages, 2 runs each)"
+[0, 700, 1300, 2000].each do |len|
+  2.times do
+    out = IO.popen([RbConfig.ruby, "-I", build, "-e", cell, len.to_s], &:read).split
+    printf "%13s %11s %10s %9s\n", len.zero? ? "(no hook)" : len, *out
+  end
+end
