@@ -130,19 +130,26 @@ static uint32_t find_counter(const recorder *r, uint32_t stack_id, uint32_t clas
   return idindex_find(&r->alloc_index, *hash, alloc_key_equals, r, &key);
 }
 
+// Makes room for one more item in a growable array of count items (doubling from initial): returns the
+// array to use from now on (items itself when there was room), or NULL when memory is short (items is
+// then left as it was, capacity too).
+static void *room_for_one(void *items, uint32_t *capacity, uint32_t count, size_t item_size, uint32_t initial) {
+  if (count < *capacity) return items;
+  uint32_t grown = *capacity ? *capacity * 2 : initial;
+  void *bigger = rec_realloc(items, item_size * grown);
+  if (bigger != NULL) *capacity = grown;
+  return bigger;
+}
+
 // Puts counter id on the list recorder_commit_pending walks, unless it is there (it is exactly when it
 // has pending samples or bytes). Returns false when memory is short.
 static bool list_pending(recorder *r, uint32_t id) {
   const alloc_counter *counter = &r->allocs[id - 1];
   if (counter->pending != 0 || counter->pending_bytes != 0) return true;
-  if (r->pending_count == r->pending_capacity) {
-    uint32_t capacity = r->pending_capacity ? r->pending_capacity * 2 : 64;
-    uint32_t *ids = rec_realloc(r->pending_counters, sizeof(uint32_t) * capacity);
-    if (ids == NULL) return false;
-    r->pending_counters = ids;
-    r->pending_capacity = capacity;
-  }
-  r->pending_counters[r->pending_count++] = id;
+  uint32_t *ids = room_for_one(r->pending_counters, &r->pending_capacity, r->pending_count, sizeof *ids, 64);
+  if (ids == NULL) return false;
+  r->pending_counters = ids;
+  ids[r->pending_count++] = id;
   return true;
 }
 
@@ -152,13 +159,9 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
   uint32_t hash;
   uint32_t id = find_counter(r, stack_id, class_id, &hash);
   if (id == IDINDEX_NONE) {
-    if (r->alloc_count == r->alloc_capacity) {
-      uint32_t capacity = r->alloc_capacity ? r->alloc_capacity * 2 : 256;
-      alloc_counter *allocs = rec_realloc(r->allocs, sizeof(alloc_counter) * capacity);
-      if (allocs == NULL) return false;
-      r->allocs = allocs;
-      r->alloc_capacity = capacity;
-    }
+    alloc_counter *allocs = room_for_one(r->allocs, &r->alloc_capacity, r->alloc_count, sizeof *allocs, 256);
+    if (allocs == NULL) return false;
+    r->allocs = allocs;
     id = r->alloc_count + 1;
     if (!idindex_insert(&r->alloc_index, hash, id)) return false;
     r->allocs[id - 1] = (alloc_counter){.key = {stack_id, class_id}};
