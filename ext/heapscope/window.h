@@ -5,11 +5,11 @@
 // mode the hook is on only for short windows, opened inside the GC (capture.c):
 //
 //   GC ... | delay (counted, not sampled) | sampled part: 1-in-`every` | hook off ........ | GC ...
-//          |<------------- stride: the allocations until the next GC with no window open ---------->|
+//          |<------------------------ stride: the allocations until the next GC ------------------->|
 //
-// Every GC at which no window is open ends one stride and starts the next, so strides partition the
-// run. A stride gets a window with probability q (a coin flip), and each sample of that window stands
-// for every * stride / (length * q) allocations: the samples of one window add up to its stride, and
+// Every GC ends one stride and starts the next (a window still open then is cut short), so strides
+// partition the run, and a stride's length never depends on its coin. A stride gets a window with probability q (a coin flip), and each sample of that window stands
+// for every * stride / (sampled * q) allocations (sampled: the allocations its sampled part saw): the samples of one window add up to its stride, and
 // over the coin, every stride counts once: the estimates are unbiased (Horvitz-Thompson), whatever
 // the GCs' timing. q is 1 while GCs are far enough apart for the hook-on share; when they come more
 // often, q falls in proportion (and windows keep their minimum length). The stride counts every
@@ -31,15 +31,16 @@
 // The shortest sampled part: shorter windows see too few allocations around the GC to be representative.
 #define WINDOW_MIN_LENGTH 256u
 // The delay is uniform over [0, WINDOW_DELAY_SPAN * length]: long enough that where the GC happened
-// in the program's code says little about where the window samples (measured in docs/architecture.md:
-// with 1, the phases workload of test/test_windowed_accuracy.rb was off by 21-28% at one site; with 8,
-// within its noise), at the price of a hook-on share spent mostly counting, not sampling.
+// in the program's code says little about where the window samples (measured on the phases workload of
+// test/test_windowed_accuracy.rb: with 1, its allocation estimates were off by 21-28% at one site; with
+// 8, within their noise, though its live estimates still are not: docs/architecture.md, known limits),
+// at the price of a hook-on share spent mostly counting, not sampling.
 #ifndef WINDOW_DELAY_SPAN
 #define WINDOW_DELAY_SPAN 8
 #endif
 // The first this many windows ignore the share's coin (window_plan_next's warm_up): a process that was
-// just started has had few GCs, and short strides would give it only a window now and then. It costs at
-// most this many windows' worth of hook-on allocations once, about 20,000.
+// just started has had few GCs, and short strides would give it only a window now and then. It costs
+// this many windows' worth of hook-on allocations once: at most 16 x 9 x 256 = 36,864.
 #define WINDOW_WARM_UP 16
 // The first window's delay (at start) is uniform over about one GC interval, up to this many allocations.
 #define WINDOW_FIRST_DELAY_MAX (1u << 16)
