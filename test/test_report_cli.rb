@@ -59,6 +59,18 @@ class TestReportCLI < Minitest::Test
                       ], sample_every: sample_every, time_nanos: T0 + k * MIN)
   end
 
+  def test_windowed_profiles_say_their_errors_are_lower_bounds
+    prof = heapscope_profile([[LEAK, [1000, 64_000, 800, 8 * 1024 * 1024], { "class" => "String" }]], sample_every: 100)
+    prof.comments << "sampling=windowed window_share=0.02 windows_opened=37 windows_skipped=5 hook_on_share=0.01900 allocations=9000000"
+    status, out, err = run_cli("top", write("windowed.pb.gz", prof))
+    assert_equal [0, ""], [status, err]
+    assert_includes out.lines[1], "sample_every=100, windowed sampling (37 windows): errors are lower bounds"
+    # Always mode (no sampling=windowed line): as before.
+    status, out, = run_cli("top", write("always.pb.gz", heapscope_profile([[LEAK, [10, 640, 8, 512], {}]], sample_every: 100)))
+    assert_equal 0, status
+    refute_includes out, "lower bounds"
+  end
+
   def test_top_puts_the_biggest_line_first_with_units_and_errors
     path = write("heap.pb.gz", heapscope_profile([
                                                    [LEAK, [1000, 64_000, 800, 8 * 1024 * 1024], { "class" => "String" }],

@@ -10,14 +10,17 @@ module Heapscope
     #   Go:        an object of size s is sampled with p = 1 - exp(-s/R), R the profile's period
     #              (MemProfileRate, bytes); s is the site's average object size, k = objects * p.
     # With neither, the error is unknown (nil) and reports print "?".
+    # heapscope's windowed sampling (comment "sampling=windowed ... windows_opened=N") takes its samples in
+    # windows, so they are not independent: sqrt((1 - p) / k) is then a lower bound, and describe says so.
     class Sampling
-      attr_reader :sample_every, :period
+      attr_reader :sample_every, :period, :windows
 
       def initialize(prof)
         @sample_every = nil
+        @windows = nil
         prof.comments.each do |c|
-          m = c.match(/sample_every=(\d+)/) or next
-          @sample_every = m[1].to_i
+          m = c.match(/\bsample_every=(\d+)/) and @sample_every = m[1].to_i
+          w = c.match(/\bsampling=windowed\b.*\bwindows_opened=(\d+)/) and @windows = w[1].to_i
         end
         @period = prof.period if prof.period_type && prof.period_type[1] == "bytes" && prof.period.to_i.positive?
         @objects = {}
@@ -37,7 +40,9 @@ module Heapscope
 
       # A short description for report headers.
       def describe
-        if @sample_every then "sample_every=#{@sample_every}"
+        if @sample_every && @windows
+          "sample_every=#{@sample_every}, windowed sampling (#{@windows} windows): errors are lower bounds"
+        elsif @sample_every then "sample_every=#{@sample_every}"
         elsif @period then "Go sampling, one sample per #{Units.bytes(@period)} allocated"
         else "sampling rate unknown"
         end
