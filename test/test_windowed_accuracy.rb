@@ -83,7 +83,7 @@ class TestWindowedAccuracy < Minitest::Test
   # 65,536) and the 16 warm-up windows (up to 8 x 256 delay + 256 sampled each); see ext/heapscope/window.h.
   START_UP_ALLOWANCE = 65_536 + 16 * 9 * 256
 
-  def check(name, live_known_bias: nil)
+  def check(name, live_known_bias: nil, judge_live: true)
     runs = run_workload(name)
     runs.each do |r|
       stats = r["stats"]
@@ -93,7 +93,9 @@ class TestWindowedAccuracy < Minitest::Test
       assert_operator stats["hook_on_share"] * stats["allocations"], :<=, allowed, "the hook was on for too many allocations: #{stats}"
     end
     assert_unbiased(name, runs, "allocs")
-    assert_unbiased(name, runs, "live", known_bias: live_known_bias) unless runs.first.dig("truth", "live").empty?
+    return if !judge_live || runs.first.dig("truth", "live").empty?
+
+    assert_unbiased(name, runs, "live", known_bias: live_known_bias)
   end
 
   def test_alternating_sites
@@ -110,6 +112,14 @@ class TestWindowedAccuracy < Minitest::Test
 
   def test_mixed_json_like_documents
     check("mixed_json")
+  end
+
+  # Live objects that live about as long as a GC interval are windowed sampling's blind spot: a window
+  # sits at the start of its stride, and here what is alive at the end was made late in the stride before
+  # the last. Measured with 32 runs: allocations within 1.5 standard errors, live objects -89% at every
+  # site (docs/architecture.md, known limits). Only the allocations are judged.
+  def test_a_cache_that_lives_about_one_gc_interval
+    check("json_cache", judge_live: false)
   end
 
   # Live estimates here carry a positional bias: where GCs fall correlates with the phases (retained

@@ -301,7 +301,7 @@ static VALUE testing_corrupt_record(VALUE self) {
 }
 
 // Testing.tracked_objects -> Array of every object a record points at (for liveness tests); records on
-// a free slot (stale after a GC our hook missed) are left out.
+// a free slot (stale after a GC our hook missed) and hidden objects are left out.
 static VALUE testing_tracked_objects(VALUE self) {
   (void)self;
   if (!capture_running()) return rb_ary_new();
@@ -312,7 +312,8 @@ static VALUE testing_tracked_objects(VALUE self) {
   VALUE result = rb_ary_new_capa((long)rs.tracked_objects);
   for (size_t i = 0; i < rs.tracked_objects; i++) {
     VALUE obj = recorder_testing_object(capture_recorder(), i);
-    if (obj != Qundef) rb_ary_push(result, obj);
+    // Hidden objects (no class: the VM's internal strings, arrays, hashes) must never reach Ruby code.
+    if (obj != Qundef && RBASIC_CLASS(obj) != 0) rb_ary_push(result, obj);
   }
   return result;
 }
