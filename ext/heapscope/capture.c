@@ -188,8 +188,9 @@ static uint64_t window_seen(void) {
   return cap.window.delay + cap.window.length - cap.to_close + (cap.step - cap.countdown);
 }
 
-// Ends the current window from inside the hook. Ruby removes a hook disabled while it runs once it
-// returns; then allocations are back on the VM's fast path.
+// Ends the current window: from inside the hook when its length is done (Ruby removes a hook disabled
+// while it runs once it returns), or inside a GC that ends its stride first (cut short). Then
+// allocations are back on the VM's fast path.
 static void close_window(void) {
   uint64_t seen = window_seen();
   cap.closed_window_allocations += seen;
@@ -200,8 +201,8 @@ static void close_window(void) {
 }
 
 // Ends the current stride and starts the next one (window.h), at start (outside the GC) and at every GC
-// (inside it): the ending stride's samples get their weight, and the new stride
-// gets a window if its coin says so. The caller makes registering the hook safe (it mallocs).
+// (inside it): the ending stride's samples get their weight, and the new stride gets a window if its
+// coin says so. The caller makes registering the hook safe (it mallocs).
 static void next_stride(uint64_t allocations) {
   uint64_t stride = allocations - cap.stride_started_at;
   window_plan plan;
