@@ -19,7 +19,10 @@ VALUE rb_gc_disable_no_rest(void); // exported, declared only in Ruby's internal
 #endif
 // Ruby 3.1 has no rb_gc_disable_no_rest: inside the GC a malloc must then stay this far below the
 // malloc limit, or it would start a GC inside the GC (see may_register_in_gc).
+#if !defined(HAVE_RB_GC_DISABLE_NO_REST) && RUBY_API_VERSION_CODE < 30200
+#define MALLOC_LIMIT_GUARD 1
 #define MALLOC_LIMIT_MARGIN (1u << 20)
+#endif
 
 // A direct-mapped cache from what rb_profile_frames returns, {frame VALUE, line}, to the frame id it
 // was interned as: most samples repeat frames already seen, and a hit skips two hash-table lookups.
@@ -289,7 +292,10 @@ static void on_gc_end_mark(VALUE tracepoint, void *unused) {
 
 // ---- Windowed mode: registering hooks inside the GC ----
 
-static VALUE sym_total_allocated_objects, sym_malloc_increase_bytes, sym_malloc_increase_bytes_limit;
+static VALUE sym_total_allocated_objects;
+#ifdef MALLOC_LIMIT_GUARD
+static VALUE sym_malloc_increase_bytes, sym_malloc_increase_bytes_limit;
+#endif
 
 static size_t vm_allocations(void) { return rb_gc_stat(sym_total_allocated_objects); }
 
@@ -306,12 +312,14 @@ bool capture_windowed_supported(void) {
 // and on Ruby 3.1 a malloc past the malloc limit, or any malloc under GC.stress, starts a GC, which
 // inside a GC crashes ("during_gc != 0") when the GC is incremental.
 static bool may_register_in_gc(void) {
-#ifdef HAVE_RB_GC_DISABLE_NO_REST
+#if defined(HAVE_RB_GC_DISABLE_NO_REST)
   return true;
-#else
-  if (!capture_windowed_supported() || cap.gc_stress) return false;
+#elif defined(MALLOC_LIMIT_GUARD)
+  if (cap.gc_stress) return false;
   size_t increase = rb_gc_stat(sym_malloc_increase_bytes), limit = rb_gc_stat(sym_malloc_increase_bytes_limit);
   return increase + MALLOC_LIMIT_MARGIN < limit;
+#else
+  return false; // windowed sampling is not supported here (capture_windowed_supported)
 #endif
 }
 
@@ -414,12 +422,16 @@ void capture_init(void) {
   cap.newobj_hook = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ, on_newobj, NULL);
   cap.gc_hook = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_GC_END_MARK, on_gc_end_mark, NULL);
   sym_total_allocated_objects = ID2SYM(rb_intern("total_allocated_objects"));
+  // The first GC.stat call interns Ruby's own key symbols (allocating): here, not inside the GC. (An
+  // unknown key raises, here too: total_allocated_objects is in every GC.stat since 2.1.)
+  (void)rb_gc_stat(sym_total_allocated_objects);
+#ifdef MALLOC_LIMIT_GUARD
+  // Only the Ruby 3.1 path reads these (may_register_in_gc).
   sym_malloc_increase_bytes = ID2SYM(rb_intern("malloc_increase_bytes"));
   sym_malloc_increase_bytes_limit = ID2SYM(rb_intern("malloc_increase_bytes_limit"));
-  // The first GC.stat call interns Ruby's own key symbols (allocating): here, not inside the GC.
-  (void)rb_gc_stat(sym_total_allocated_objects);
   (void)rb_gc_stat(sym_malloc_increase_bytes);
   (void)rb_gc_stat(sym_malloc_increase_bytes_limit);
+#endif
   pthread_atfork(NULL, NULL, reseed_after_fork);
 }
 
