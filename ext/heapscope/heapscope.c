@@ -328,11 +328,11 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mNative, "_gc_stress_changed", native_gc_stress_changed, 1);
   // Windowed sampling is possible on this Ruby (capture_windowed_supported).
   rb_define_const(mNative, "WINDOWED_SUPPORTED", capture_windowed_supported() ? Qtrue : Qfalse);
-#ifdef HAVE_RB_GC_DISABLE_NO_REST
-  rb_define_const(mNative, "WATCH_GC_STRESS", Qfalse);
-#else
-  // Without rb_gc_disable_no_rest nothing may be registered inside the GC while GC.stress is on.
+#if !defined(HAVE_RB_GC_DISABLE_NO_REST) && RUBY_API_VERSION_CODE < 30200
+  // Ruby 3.1: without rb_gc_disable_no_rest nothing may be registered inside the GC while GC.stress is on.
   rb_define_const(mNative, "WATCH_GC_STRESS", Qtrue);
+#else
+  rb_define_const(mNative, "WATCH_GC_STRESS", Qfalse);
 #endif
   rb_define_singleton_method(mNative, "_stop", native_stop, 0);
   rb_define_singleton_method(mNative, "_running?", native_running_p, 0);
