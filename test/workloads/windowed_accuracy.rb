@@ -21,6 +21,18 @@ class Row < Array; end
 class Cell < String; end
 class Meta < Hash; end
 
+# Makes 20,000 JSON-like documents, each one Hash (Doc) holding 10 Arrays (Row) of 4 Strings (Cell) and
+# a Symbol-keyed Hash (Meta), and yields each with its index; whoever keeps 2,000 of them sets the truth.
+def json_documents(truth)
+  20_000.times do |i|
+    doc = Doc.new
+    doc[:rows] = Array.new(10) { Row.new([Cell.new("a"), Cell.new("bb"), Cell.new("ccc"), Meta.new.merge!(id: i)]) }
+    yield doc, i
+  end
+  truth[:allocs].update("Doc" => 20_000, "Row" => 200_000, "Cell" => 600_000, "Meta" => 200_000)
+  truth[:live].update("Doc" => 2_000, "Row" => 20_000, "Cell" => 60_000, "Meta" => 20_000)
+end
+
 WORKLOADS = {
   # A, B, A, B...: the sampler must not alias with the alternation.
   "alternating" => lambda do |truth|
@@ -56,18 +68,11 @@ WORKLOADS = {
     truth[:allocs].update("Chunked" => 1_200, "SiteA" => 1_200_000)
   end,
 
-  # JSON-like documents: per document one Hash (Doc), 10 Arrays (Row), each with 4 Strings (Cell) and a
-  # Symbol-keyed Hash (Meta). Every 10th document is kept for good (a leak: how long an object lives does
-  # not depend on when in a GC interval it was made), the rest are garbage at once.
+  # JSON-like documents (json_documents below). Every 10th document is kept for good (a leak: how long an
+  # object lives does not depend on when in a GC interval it was made), the rest are garbage at once.
   "mixed_json" => lambda do |truth|
     leaked = []
-    20_000.times do |i|
-      doc = Doc.new
-      doc[:rows] = Array.new(10) { Row.new([Cell.new("a"), Cell.new("bb"), Cell.new("ccc"), Meta.new.merge!(id: i)]) }
-      leaked << doc if (i % 10).zero?
-    end
-    truth[:allocs].update("Doc" => 20_000, "Row" => 200_000, "Cell" => 600_000, "Meta" => 200_000)
-    truth[:live].update("Doc" => 2_000, "Row" => 20_000, "Cell" => 60_000, "Meta" => 20_000)
+    json_documents(truth) { |doc, i| leaked << doc if (i % 10).zero? }
     leaked
   end,
 
@@ -76,14 +81,10 @@ WORKLOADS = {
   # of their interval. Allocations are estimated without bias; live objects are not (see the test).
   "json_cache" => lambda do |truth|
     docs = []
-    20_000.times do |i|
-      doc = Doc.new
-      doc[:rows] = Array.new(10) { Row.new([Cell.new("a"), Cell.new("bb"), Cell.new("ccc"), Meta.new.merge!(id: i)]) }
+    json_documents(truth) do |doc, _i|
       docs << doc
       docs.shift if docs.size > 2_000
     end
-    truth[:allocs].update("Doc" => 20_000, "Row" => 200_000, "Cell" => 600_000, "Meta" => 200_000)
-    truth[:live].update("Doc" => 2_000, "Row" => 20_000, "Cell" => 60_000, "Meta" => 20_000)
     docs
   end,
 
