@@ -353,16 +353,20 @@ static void on_gc_marking(void) {
 #endif
 }
 
+// Registers GC_END_MARK from outside the GC, to stay until a GC_END_MARK after GC.stress is off.
+static void keep_gc_hook_registered(void) {
+  if (cap.gc_hook_on) return;
+  VALUE gc_was_disabled = rb_gc_disable(); // registering mallocs, and a GC in the middle would be missed
+  rb_tracepoint_enable(cap.gc_hook);
+  cap.gc_hook_on = true;
+  if (!RTEST(gc_was_disabled)) rb_gc_enable();
+}
+
 void capture_gc_stress_changed(bool on) {
   cap.gc_stress = on;
   // While GC.stress is on nothing is registered inside the GC, so GC_END_MARK stays registered (from
   // here, outside the GC) to keep liveness exact; on_gc_end_mark removes it once GC.stress is off.
-  if (on && cap.running && cap.config.windowed && !cap.gc_hook_on) {
-    VALUE gc_was_disabled = rb_gc_disable(); // registering mallocs, and a GC in the middle would be missed
-    rb_tracepoint_enable(cap.gc_hook);
-    cap.gc_hook_on = true;
-    if (!RTEST(gc_was_disabled)) rb_gc_enable();
-  }
+  if (on && cap.running && cap.config.windowed) keep_gc_hook_registered();
 }
 
 void capture_prepare_snapshot(void) {
@@ -483,8 +487,8 @@ bool capture_start(const capture_config *config) {
   cap.started_allocations = vm_allocations();
   if (config->windowed) {
     // The first window opens now; the next ones inside GCs, which also register GC_END_MARK each time.
-    cap.gc_hook_on = cap.gc_stress; // see capture_gc_stress_changed
-    if (cap.gc_hook_on) rb_tracepoint_enable(cap.gc_hook);
+    cap.gc_hook_on = false;
+    if (cap.gc_stress) keep_gc_hook_registered(); // see capture_gc_stress_changed
     next_stride(cap.started_allocations);
   } else {
     cap.to_close = UINT64_MAX;
