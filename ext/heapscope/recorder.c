@@ -204,9 +204,12 @@ static int64_t round_randomly(double x, uint64_t *state) {
 void recorder_set_pending_weight(recorder *r, double weight) { r->pending_weight = weight; }
 
 void recorder_commit_pending(recorder *r, double weight, uint64_t random) {
-  for (size_t i = 0; i < r->record_count; i++) {
+  // Records are appended in order and every walk that drops records keeps the order, and a window's
+  // samples are the newest records: the pending ones are the array's tail. Walking it back from the end
+  // keeps this per-GC step proportional to the last window's samples, not to all records.
+  for (size_t i = r->record_count; i-- > 0;) {
     record *rec = &r->records[i];
-    if (!(rec->flags & RECORD_PENDING)) continue;
+    if (!(rec->flags & RECORD_PENDING)) break;
     int64_t w = round_randomly(weight, &random);
     rec->weight = w < 1 ? 1u : w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
     rec->flags &= ~RECORD_PENDING;
