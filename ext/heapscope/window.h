@@ -33,7 +33,7 @@
 // The delay is uniform over [0, WINDOW_DELAY_SPAN * length]: long enough that where the GC happened
 // in the program's code says little about where the window samples (measured on the phases workload of
 // test/test_windowed_accuracy.rb: with 1, its allocation estimates were off by 21-28% at one site; with
-// 8, within their noise, though its live estimates still are not: docs/architecture.md, known limits),
+// 8, by 8-17% at its retained sites, and its live estimates by more: docs/architecture.md, known limits),
 // at the price of a hook-on share spent mostly counting, not sampling.
 #ifndef WINDOW_DELAY_SPAN
 #define WINDOW_DELAY_SPAN 8
