@@ -78,7 +78,7 @@ WORKLOADS = {
     leaked
   end,
 
-  # A cache of the last 2,000 JSON-like documents (FIFO): each lives about 1.6 GC intervals, so whether
+  # A cache of the last 2,000 JSON-like documents (FIFO): each lives about one GC interval, so whether
   # it is alive at the end depends on when in its GC interval it was made, and windows sit at the start
   # of their interval. Allocations are estimated without bias; live objects are not (see the test).
   "json_cache" => lambda do |truth|
