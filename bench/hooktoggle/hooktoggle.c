@@ -23,7 +23,7 @@ static void holder_mark(void *unused) {
   windows++;
 }
 
-static const rb_data_type_t holder_type = {"hooktoggle", {holder_mark, NULL, NULL, {0}}, NULL, NULL, 0};
+static const rb_data_type_t holder_type = {.wrap_struct_name = "hooktoggle", .function = {.dmark = holder_mark}};
 
 // HookToggle.start(length): from the next GC on, the hook is on for the first `length` allocations
 // after each GC. HookToggle.windows: how many times it was turned on.
