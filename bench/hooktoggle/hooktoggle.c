@@ -1,7 +1,7 @@
 // hooktoggle: a NEWOBJ tracepoint with an empty callback, registered inside every GC (from a dmark, as
 // heapscope's windowed sampling does) and removed by itself after `length` allocations. No sampling, no
 // records: it isolates what turning the allocation hook on and off does to the VM. bench/hooktoggle/run.rb
-// uses it; docs/benchmarks.md reports what it showed.
+// uses it, and bench/hooktoggle/pin.rb its one-shot form; docs/benchmarks.md reports what they showed.
 #include <ruby.h>
 #include <ruby/debug.h>
 
@@ -33,6 +33,15 @@ static VALUE start(VALUE self, VALUE n) {
   return Qnil;
 }
 
+// HookToggle.hook_next(n): the hook is on, from now, for the next n allocations (bench/hooktoggle/pin.rb).
+static VALUE hook_next(VALUE self, VALUE n) {
+  (void)self;
+  if (RTEST(rb_tracepoint_enabled_p(hook))) return Qfalse;
+  left = NUM2LONG(n);
+  rb_tracepoint_enable(hook);
+  return Qtrue;
+}
+
 static VALUE count(VALUE self) {
   (void)self;
   return LONG2NUM(windows);
@@ -46,4 +55,5 @@ void Init_hooktoggle(void) {
   VALUE m = rb_define_module("HookToggle");
   rb_define_singleton_method(m, "start", start, 1);
   rb_define_singleton_method(m, "windows", count, 0);
+  rb_define_singleton_method(m, "hook_next", hook_next, 1);
 }
