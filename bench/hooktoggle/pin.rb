@@ -8,16 +8,9 @@
 # conservative scan of the C stack finds. No heapscope code is involved.
 #
 #   ruby bench/hooktoggle/pin.rb [RUNS]      (builds the extension into tmp/bench/hooktoggle first)
-require "rbconfig"
-require "fileutils"
+require_relative "build"
 
-root = File.expand_path("../..", __dir__)
-build = File.join(root, "tmp/bench/hooktoggle")
-FileUtils.mkdir_p(build)
-Dir.chdir(build) do
-  system(RbConfig.ruby, File.join(__dir__, "extconf.rb"), out: File::NULL) or abort "extconf failed"
-  system("make", "-s", out: File::NULL) or abort "make failed"
-end
+build = HookToggleBuild.build
 runs = Integer(ARGV[0] || 10)
 cell = <<~'RUBY'
   require "hooktoggle"

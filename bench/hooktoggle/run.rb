@@ -7,16 +7,10 @@
 # (GC::Profiler). No heapscope code is involved.
 #
 #   ruby bench/hooktoggle/run.rb [PAGES]      (builds the extension into tmp/bench/hooktoggle first)
-require "rbconfig"
-require "fileutils"
+require_relative "build"
 
-root = File.expand_path("../..", __dir__)
-build = File.join(root, "tmp/bench/hooktoggle")
-FileUtils.mkdir_p(build)
-Dir.chdir(build) do
-  system(RbConfig.ruby, File.join(__dir__, "extconf.rb"), out: File::NULL) or abort "extconf failed"
-  system("make", "-s", out: File::NULL) or abort "make failed"
-end
+root = HookToggleBuild::ROOT
+build = HookToggleBuild.build
 pages = Integer(ARGV[0] || 900)
 cell = <<~RUBY
   require "hooktoggle"
