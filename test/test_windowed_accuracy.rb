@@ -94,6 +94,8 @@ class TestWindowedAccuracy < Minitest::Test
       # 1.5x the share: a run's coins may let through more windows than their average
       allowed = 1.5 * 0.02 * stats["allocations"] + START_UP_ALLOWANCE
       assert_operator stats["hook_on_share"] * stats["allocations"], :<=, allowed, "the hook was on for too many allocations: #{stats}"
+      # Every GC had its liveness pass (a deferred registration skips it: docs/architecture.md)
+      assert_equal 0, stats["gc_registrations_deferred"], stats.inspect
     end
     assert_unbiased(name, runs, "allocs", known_bias: allocs_known_bias)
     return if !judge_live || runs.first.dig("truth", "live").empty?
