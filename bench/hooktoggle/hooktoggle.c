@@ -5,6 +5,10 @@
 #include <ruby.h>
 #include <ruby/debug.h>
 
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+VALUE rb_gc_disable_no_rest(void); // exported, declared only in Ruby's internal headers (as in capture.c)
+#endif
+
 static VALUE hook;
 static long length, left, windows;
 
@@ -18,8 +22,14 @@ static void holder_mark(void *unused) {
   (void)unused;
   rb_gc_mark(hook);
   if (length == 0 || !rb_during_gc() || RTEST(rb_tracepoint_enabled_p(hook))) return;
-  left = length; // Ruby 3.1: no malloc check inside the GC; registering mallocs 48 bytes
+  left = length; // registering mallocs 48 bytes: Ruby 3.1 has no malloc check inside the GC, 3.2+ does
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+  VALUE was_disabled = rb_gc_disable_no_rest();
+#endif
   rb_tracepoint_enable(hook);
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+  if (!RTEST(was_disabled)) rb_gc_enable();
+#endif
   windows++;
 }
 
