@@ -45,8 +45,8 @@ WORKLOADS = {
 
   # A slow phase without allocations, then one allocation at A, a burst of 1,000 at B and 100 at C: time
   # says nothing about where allocations happen. (C was 10 a burst, 10 samples a run: such skewed,
-  # few-sample runs failed the 4-standard-error test twice in CI, at z -5.6 of 16 runs and z -4.1 of 48,
-  # while 480 runs put its mean at -4.5%, z -1.9. With 100, 120 runs: -1.1%, z -0.34.)
+  # few-sample runs failed the 4-standard-error test twice, at z -5.6 of 16 runs in CI and z -4.1 of 48
+  # in a full local run, while 480 runs put its mean at -4.5%, z -1.9. With 100, 120 runs: -1.1%, z -0.34.)
   "bursty" => lambda do |truth|
     x = 0
     1_000.times do
