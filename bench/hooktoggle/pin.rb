@@ -8,9 +8,9 @@
 # conservative scan of the C stack finds. No heapscope code is involved.
 #
 #   ruby bench/hooktoggle/pin.rb [RUNS]      (builds the extension into tmp/bench/hooktoggle first)
-require_relative "build"
+require_relative "../extension"
 
-build = HookToggleBuild.build
+build = Bench::Extension.build("hooktoggle")
 runs = Integer(ARGV[0] || 10)
 cell = <<~'RUBY'
   require "hooktoggle"

@@ -7,10 +7,10 @@
 # (GC::Profiler). No heapscope code is involved.
 #
 #   ruby bench/hooktoggle/run.rb [PAGES]      (builds the extension into tmp/bench/hooktoggle first)
-require_relative "build"
+require_relative "../extension"
 
-root = HookToggleBuild::ROOT
-build = HookToggleBuild.build
+root = File.expand_path("../..", __dir__)
+build = Bench::Extension.build("hooktoggle")
 pages = Integer(ARGV[0] || 900)
 cell = <<~RUBY
   require "hooktoggle"
