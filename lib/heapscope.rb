@@ -51,6 +51,9 @@ module Heapscope
       if running?
         raise Error, "heapscope is already running (call Heapscope.stop first, or check Heapscope.running?)"
       end
+      if defined?(Ractor) && Ractor.count > 1
+        raise Error, "heapscope cannot start while other Ractors run (#{Ractor.count - 1}): it does not support Ractors"
+      end
 
       Native._start(config[:sample_every], config[:max_frames], config[:min_age], config[:track_sizes],
                     config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE,
@@ -186,3 +189,21 @@ module Heapscope
     Native._gc_stress_changed(GC.stress ? true : false)
   end
 end
+
+module Heapscope
+  # Ractors: the VM runs allocation hooks in every Ractor, where heapscope's tables are not safe (and
+  # Ruby 3.1 itself crashes with any allocation tracing on). So the first Ractor.new switches heapscope
+  # off, with one warning, before the Ractor runs; Heapscope.start refuses while other Ractors run.
+  module RactorWatch
+    def new(*args, **kwargs, &block)
+      if Native._disable_for_ractor
+        Kernel.warn("heapscope: a Ractor was started; profiling is off for now (heapscope does not support Ractors)",
+                    uplevel: 1)
+      end
+      super
+    end
+  end
+
+  Ractor.singleton_class.prepend(RactorWatch) if defined?(Ractor)
+end
+

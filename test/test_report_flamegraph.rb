@@ -10,7 +10,6 @@ require_relative "test_report_helper"
 require "socket"
 require "json"
 require "uri"
-require "base64"
 require "zlib"
 require "timeout"
 require "stringio"
@@ -214,12 +213,12 @@ class TestReportFlamegraph < Minitest::Test
 
     # Screenshot: something was drawn (many colours in the graph area, not a blank page).
     shot = @cdp.call("Page.captureScreenshot", { format: "png" }, session: @session)["data"]
-    png = Base64.decode64(shot)
+    png = shot.unpack1("m")
     File.binwrite(File.join(@dir, "flame.png"), png)
     assert_operator png.bytesize, :>, 5000
     graph = eval_js("(function(){var r=document.getElementById('hs-svg').getBoundingClientRect();return [r.x,r.y,r.width,r.height]})()")
     clip = { x: graph[0], y: graph[1], width: [graph[2], 600].min, height: graph[3], scale: 1 }
-    part = Base64.decode64(@cdp.call("Page.captureScreenshot", { format: "png", clip: clip }, session: @session)["data"])
+    part = @cdp.call("Page.captureScreenshot", { format: "png", clip: clip }, session: @session)["data"].unpack1("m")
     assert_operator png_colors(part), :>=, 6, "the flame graph area looks empty"
 
     # Escape clears the search; clicking a frame zooms on it.

@@ -100,6 +100,8 @@ static void check_invariants(void) {
 // ---- The hooks (inside the allocation or the GC: no Ruby allocation, no raise) ----
 
 static bool is_internal(VALUE obj) {
+  // Hidden objects (no class) are the VM's own: Ruby 4.0 allocates method-cache tables on the heap.
+  if (RBASIC_CLASS(obj) == 0) return true;
   switch (RB_BUILTIN_TYPE(obj)) {
     case RUBY_T_IMEMO: case RUBY_T_ICLASS: case RUBY_T_NONE: case RUBY_T_ZOMBIE: case RUBY_T_MOVED:
 #ifdef T_NODE
@@ -269,18 +271,49 @@ static void on_newobj(VALUE tracepoint, void *unused) {
   on_countdown(tracepoint);
 }
 
+// GCs up to number upto (rb_gc_count() values) that ran after our last liveness pass had none: the
+// records of objects allocated before the last of them may point at swept slots on freed pages, so
+// they become suspects (recorder.h). Counted, never silent. Reads no object; may run inside the GC.
+static void account_unseen_gcs(uint32_t upto) {
+  if ((int32_t)(upto - cap.last_gc_count) <= 0) return;
+  cap.stats.gc_end_marks_missed += upto - cap.last_gc_count;
+  cap.last_gc_count = upto;
+  recorder_distrust(cap.recorder, upto);
+}
+
+// Suspects are checked outside the GC, soon: a postponed job runs at the thread's next interrupt check.
+// (Until then they are neither dropped when they die nor read; a profile checks them first anyway.)
+static void settle_job(void *unused) {
+  (void)unused;
+  if (cap.running && cap.failure == NULL) capture_settle_records();
+}
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+static rb_postponed_job_handle_t settle_job_handle = POSTPONED_JOB_HANDLE_INVALID;
+#endif
+
+// Inside the GC: asks for settle_job. Async-signal-safe, allocates nothing.
+static void schedule_settle(void) {
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+  if (settle_job_handle != POSTPONED_JOB_HANDLE_INVALID) rb_postponed_job_trigger(settle_job_handle);
+#else
+  rb_postponed_job_register_one(0, settle_job, NULL);
+#endif
+}
+
 static void on_gc_end_mark(VALUE tracepoint, void *unused) {
   (void)tracepoint;
   (void)unused;
   uint64_t started = now_nanos();
   cap.stats.gc_end_marks++;
   // Ruby runs no internal-event hook while another one runs, so a GC triggered by an allocation inside
-  // someone else's NEWOBJ hook has no GC_END_MARK for us: the records of objects it swept were not
-  // dropped (recorder_on_gc_end_mark copes with their free slots). Counted, never silent.
+  // someone else's NEWOBJ hook has no GC_END_MARK for us (nor has a GC Ruby 3.1's windowed mode could
+  // not register in). This GC started as number gc_count, so those after our last pass and before it
+  // were unseen: the records they could have invalidated become suspects, checked soon after.
   uint32_t gc_count = (uint32_t)rb_gc_count();
-  if (gc_count - cap.last_gc_count > 1) cap.stats.gc_end_marks_missed += gc_count - cap.last_gc_count - 1;
+  account_unseen_gcs(gc_count - 1);
   cap.last_gc_count = gc_count;
   recorder_on_gc_end_mark(cap.recorder);
+  if (recorder_has_suspects(cap.recorder)) schedule_settle();
   check_invariants();
   charge(started);
   // Windowed: registered for this GC only (see on_gc_marking). Ruby removes it once this returns.
@@ -292,7 +325,7 @@ static void on_gc_end_mark(VALUE tracepoint, void *unused) {
 
 // ---- Windowed mode: registering hooks inside the GC ----
 
-static VALUE sym_total_allocated_objects;
+static VALUE sym_total_allocated_objects, sym_state, sym_marking;
 #ifdef MALLOC_LIMIT_GUARD
 static VALUE sym_malloc_increase_bytes, sym_malloc_increase_bytes_limit;
 #endif
@@ -369,8 +402,27 @@ void capture_gc_stress_changed(bool on) {
   if (on && cap.running && cap.config.windowed) keep_gc_hook_registered();
 }
 
+// The last GC that has finished marking: outside the GC every one has, except the current one while its
+// incremental marking is under way (its pass is still to come).
+static uint32_t last_marked_gc(void) {
+  uint32_t gc = (uint32_t)rb_gc_count();
+  return rb_gc_latest_gc_info(sym_state) == sym_marking ? gc - 1 : gc;
+}
+
+void capture_settle_records(void) {
+  if (!cap.running) return;
+  account_unseen_gcs(last_marked_gc());
+  recorder_check_suspects(cap.recorder);
+  // Checking suspects walks the heap's pages, and Ruby finishes a GC in progress before that walk: if
+  // that GC had no pass either, the records it may have swept are suspects now, checked at once.
+  account_unseen_gcs(last_marked_gc());
+  recorder_check_suspects(cap.recorder);
+}
+
 void capture_prepare_snapshot(void) {
-  if (!cap.running || !cap.config.windowed || !cap.stride_has_window) return;
+  if (!cap.running) return;
+  capture_settle_records();
+  if (!cap.config.windowed || !cap.stride_has_window) return;
   uint64_t sampled = cap.window_sampled;
   if (cap.window_open) {
     uint64_t seen = window_seen();
@@ -426,6 +478,9 @@ void capture_init(void) {
   cap.newobj_hook = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ, on_newobj, NULL);
   cap.gc_hook = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_GC_END_MARK, on_gc_end_mark, NULL);
   sym_total_allocated_objects = ID2SYM(rb_intern("total_allocated_objects"));
+  sym_state = ID2SYM(rb_intern("state"));
+  sym_marking = ID2SYM(rb_intern("marking"));
+  (void)rb_gc_latest_gc_info(sym_state); // interns its own keys on first use: here, not later
   // The first GC.stat call interns Ruby's own key symbols (allocating): here, not inside the GC. (An
   // unknown key raises, here too: total_allocated_objects is in every GC.stat since 2.1.)
   (void)rb_gc_stat(sym_total_allocated_objects);
@@ -435,6 +490,9 @@ void capture_init(void) {
   sym_malloc_increase_bytes_limit = ID2SYM(rb_intern("malloc_increase_bytes_limit"));
   (void)rb_gc_stat(sym_malloc_increase_bytes);
   (void)rb_gc_stat(sym_malloc_increase_bytes_limit);
+#endif
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+  settle_job_handle = rb_postponed_job_preregister(0, settle_job, NULL);
 #endif
   pthread_atfork(NULL, NULL, reseed_after_fork);
 }

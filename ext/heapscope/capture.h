@@ -71,8 +71,11 @@ void capture_check_invariants(void);
 bool capture_windowed_supported(void);
 // GC.stress was switched (lib/heapscope.rb watches it on Ruby 3.1, see capture.c). Outside the GC.
 void capture_gc_stress_changed(bool on);
-// Before a snapshot, in windowed mode: tells the recorder what the current window's samples stand for
-// so far. Never raises.
+// Outside the GC: counts the GCs that ran without our liveness pass (they make records suspects) and
+// has the recorder check its suspects, so that afterwards every record may be read. Never raises.
+void capture_settle_records(void);
+// Before a snapshot: capture_settle_records, then, in windowed mode, tells the recorder what the current
+// window's samples stand for so far. Never raises.
 void capture_prepare_snapshot(void);
 
 // Once, from Init: creates the object through which the GC marks and compacts capture's state.

@@ -19,11 +19,21 @@ $INCFLAGS = $INCFLAGS.gsub(/-I(\$\((?:arch_hdrdir|hdrdir)\)\S*)/, '-isystem \\1'
 require_relative "../../lib/heapscope/version"
 $defs << %(-DHEAPSCOPE_VERSION=\\"#{Heapscope::VERSION}\\")
 
-# Liveness reads the GC's mark bits; exported by libruby though declared only in internal headers.
-unless have_func("rb_objspace_marked_object_p")
-  abort "heapscope: this Ruby does not export rb_objspace_marked_object_p, which heapscope needs " \
-        "to know which sampled objects are alive (MRI 3.1-3.4 do)."
+# Liveness reads the GC's mark bits (liveness.h): each Ruby exports a different function for it, all
+# declared only in its internal headers. Probed in order of preference (cheapest first).
+liveness = %w[rb_objspace_marked_object_p rb_obj_gc_flags rb_gc_object_metadata].find { |f| have_func(f) }
+unless liveness
+  abort "heapscope: this Ruby exports none of rb_objspace_marked_object_p (MRI 3.1-3.3), rb_obj_gc_flags " \
+        "(3.4) or rb_gc_object_metadata (4.0+), one of which heapscope needs to know which sampled " \
+        "objects are alive."
 end
+# After a GC heapscope did not see, records are checked against the heap's pages (every MRI exports it).
+abort "heapscope: this Ruby does not export rb_objspace_each_objects" unless have_func("rb_objspace_each_objects")
+# Suspect records are checked from a postponed job: Ruby 3.3+ wants handles made in advance
+# (rb_postponed_job_register_one is deprecated there and gone in 4.1).
+have_func("rb_postponed_job_preregister", "ruby/debug.h")
+# Ruby 3.4+ can run another GC (RUBY_GC_LIBRARY): heapscope refuses to start under one.
+have_func("rb_gc_active_gc_name")
 # memsize_of from C; without it sizes are the slot size.
 have_func("rb_obj_memsize_of")
 # Windowed sampling registers its hooks inside the GC (capture.c). Ruby 3.2+ aborts on a malloc during

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "liveness.h"
 #include "pprof.h"
 #include "sampler.h"
 
@@ -20,6 +21,8 @@ static uint64_t last_profile_gvl_nanos, last_profile_encode_nanos;
 // The fail-safe (capture_fail): why profiling was disabled, and how often that happened.
 static const char *disabled_reason;
 static uint64_t internal_errors;
+// Why liveness cannot work in this process (liveness_init), or NULL.
+static const char *liveness_unsupported;
 
 // Finishes what capture_fail started, from outside any hook: stops capture, keeps the reason.
 // Returns true when profiling is (now) disabled by a failure.
@@ -33,7 +36,14 @@ static bool settle_failure(void) {
   return reason != NULL || disabled_reason != NULL;
 }
 
+// Why profiling was switched off on purpose (Native._disable), or NULL.
+static const char *off_reason;
+
 static void raise_not_running(void) {
+  if (off_reason != NULL) {
+    rb_raise(eHeapscopeError, "heapscope switched itself off: %s. Heapscope.start starts it again once that is over",
+             off_reason);
+  }
   if (disabled_reason != NULL) {
     rb_raise(eHeapscopeError, "heapscope disabled itself after an internal error (%s); the message on stderr "
              "has the details. Heapscope.start starts it again", disabled_reason);
@@ -63,6 +73,10 @@ static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALU
   (void)self;
   settle_failure();
   if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
+  if (liveness_unsupported != NULL) {
+    rb_raise(eHeapscopeError, "heapscope cannot run here: %s, and it needs the GC's mark bits to know which sampled "
+             "objects are alive", liveness_unsupported);
+  }
   if (RTEST(windowed) && !capture_windowed_supported()) {
     rb_raise(eHeapscopeError, "windowed sampling is not supported on Ruby %s (it must register hooks inside the GC, "
              "which needs rb_gc_disable_no_rest); use sampling: :always", ruby_version);
@@ -83,6 +97,7 @@ static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALU
   };
   if (!capture_start(&config)) rb_raise(rb_eNoMemError, "heapscope: not enough memory to start");
   disabled_reason = NULL;
+  off_reason = NULL;
   started_at_nanos = wall_nanos();
   return Qtrue;
 }
@@ -91,6 +106,18 @@ static VALUE native_stop(VALUE self) {
   (void)self;
   bool was_running = capture_running();
   capture_stop();
+  return was_running ? Qtrue : Qfalse;
+}
+
+// Native._disable_for_ractor: a Ractor is starting (lib/heapscope.rb watches Ractor.new). The VM runs
+// allocation hooks inside other Ractors, where neither heapscope's tables nor Ruby's own tracing is safe
+// (Ruby 3.1 crashes there with ObjectSpace tracing alone), so every hook goes before the Ractor runs.
+// Returns whether it was running.
+static VALUE native_disable_for_ractor(VALUE self) {
+  (void)self;
+  bool was_running = capture_running();
+  capture_stop();
+  if (was_running) off_reason = "a Ractor was started, and heapscope does not support Ractors";
   return was_running ? Qtrue : Qfalse;
 }
 
@@ -221,8 +248,10 @@ static VALUE native_stats(VALUE self) {
   VALUE h = rb_hash_new();
   set(h, "running", capture_running() ? Qtrue : Qfalse);
   if (disabled_reason != NULL) set(h, "disabled_reason", rb_str_new_cstr(disabled_reason));
+  if (off_reason != NULL) set(h, "off_reason", rb_str_new_cstr(off_reason));
   if (internal_errors > 0) set_u64(h, "internal_errors", internal_errors);
   if (!capture_running()) return h;
+  capture_settle_records(); // GCs without our pass are counted as missed by now, suspects checked
   capture_stats cs;
   recorder_stats rs;
   capture_get_stats(&cs);
@@ -258,6 +287,7 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "dropped_no_memory", cs.dropped_no_memory + rs.dropped_no_memory);
   set_u64(h, "invalid_records", rs.invalid_records);
   set_u64(h, "stale_records", rs.stale_records);
+  set_u64(h, "suspect_records", rs.suspect_records);
   set_u64(h, "gc_runs_seen", cs.gc_end_marks);
   set_u64(h, "gc_runs_missed", cs.gc_end_marks_missed);
   set_u64(h, "last_profile_gvl_ns", last_profile_gvl_nanos);
@@ -305,6 +335,7 @@ static VALUE testing_corrupt_record(VALUE self) {
 static VALUE testing_tracked_objects(VALUE self) {
   (void)self;
   if (!capture_running()) return rb_ary_new();
+  capture_settle_records();
   recorder_stats rs;
   recorder_get_stats(capture_recorder(), &rs);
   // The Array is made first, with room for all: filling it then allocates nothing, so no GC can drop
@@ -328,6 +359,8 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mNative, "_gc_stress_changed", native_gc_stress_changed, 1);
   // Windowed sampling is possible on this Ruby (capture_windowed_supported).
   rb_define_const(mNative, "WINDOWED_SUPPORTED", capture_windowed_supported() ? Qtrue : Qfalse);
+  // How this build reads mark bits (liveness.h): which exported function, for docs and tests.
+  rb_define_const(mNative, "LIVENESS", rb_str_freeze(rb_str_new_cstr(liveness_mechanism())));
 #if !defined(HAVE_RB_GC_DISABLE_NO_REST) && RUBY_API_VERSION_CODE < 30200
   // Ruby 3.1: without rb_gc_disable_no_rest nothing may be registered inside the GC while GC.stress is on.
   rb_define_const(mNative, "WATCH_GC_STRESS", Qtrue);
@@ -335,6 +368,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_const(mNative, "WATCH_GC_STRESS", Qfalse);
 #endif
   rb_define_singleton_method(mNative, "_stop", native_stop, 0);
+  rb_define_singleton_method(mNative, "_disable_for_ractor", native_disable_for_ractor, 0);
   rb_define_singleton_method(mNative, "_running?", native_running_p, 0);
   rb_define_singleton_method(mNative, "_profile", native_profile, 2);
   rb_define_singleton_method(mNative, "_stats", native_stats, 0);
@@ -347,5 +381,6 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mTesting, "corrupt_record", testing_corrupt_record, 0);
   rb_define_singleton_method(mTesting, "tracked_objects", testing_tracked_objects, 0);
 
+  liveness_unsupported = liveness_init();
   capture_init();
 }

@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "idindex.h"
+#include "liveness.h"
 
-// Both are exported by libruby (ext/objspace uses them) but declared only in Ruby's internal headers.
-int rb_objspace_marked_object_p(VALUE obj);
+// Exported by libruby (ext/objspace uses it) but declared only in Ruby's internal headers.
 #ifdef HAVE_RB_OBJ_MEMSIZE_OF
 size_t rb_obj_memsize_of(VALUE obj);
 #endif
@@ -20,6 +20,8 @@ enum {
   RECORD_UNMEASURED = 1,      // allocated, not yet measured (it was not initialised in the hook)
   RECORD_FROZEN_MEASURED = 2, // seen frozen: its size can no longer change
   RECORD_PENDING = 4,         // taken in the current sampling window: its weight is not known yet
+  RECORD_SUSPECT = 8,         // a GC we did not see may have freed its slot, even its page: never read it
+                              // until recorder_check_suspects has found the slot on a live page
 };
 
 typedef struct {
@@ -61,6 +63,7 @@ struct recorder {
   uint32_t *pending_counters; // ids of counters with pending samples
   uint32_t pending_count, pending_capacity;
   double pending_weight;      // what a pending sample stands for so far (recorder_set_pending_weight)
+  size_t suspect_count;       // records flagged RECORD_SUSPECT
 
   recorder_stats stats;
 };
@@ -83,6 +86,7 @@ static void *rec_realloc(void *p, size_t n) { return injected_failure() ? NULL :
 void recorder_testing_fail_allocations(uint32_t n) { failing_allocations = n; }
 
 VALUE recorder_testing_object(const recorder *r, size_t i) {
+  if (r->records[i].flags & RECORD_SUSPECT) return Qundef;
   return record_is_valid(r->records[i].obj) ? r->records[i].obj : Qundef;
 }
 
@@ -303,18 +307,22 @@ void recorder_on_gc_end_mark(recorder *r) {
       r->stats.invalid_records++;
       continue;
     }
-    // The type check matters when an earlier GC ran without this hook: Ruby skips internal-event hooks
-    // while another one runs, so a GC triggered by an allocation inside someone else's NEWOBJ hook
-    // (ObjectSpace.trace_object_allocations under GC.stress does it) has no GC_END_MARK for us, and
-    // objects it swept are still recorded here. Their slots are free now (T_NONE, unmarked: dropped
-    // below) or reused; memsize_of on a free slot is a [BUG] abort.
+    // A suspect's slot may be on a page a GC we did not see has freed: reading it could crash. It
+    // waits, unread, for recorder_check_suspects outside the GC.
+    if (rec->flags & RECORD_SUSPECT) {
+      r->records[kept++] = *rec;
+      continue;
+    }
+    // Every other record held a live object when this GC started (the previous liveness pass kept it,
+    // or it was allocated since), so its header is readable. T_DATA objects are not measured here:
+    // their dsize functions are extension code, not to be run inside the GC.
     if ((rec->flags & RECORD_UNMEASURED) && record_is_valid(rec->obj) && !RB_TYPE_P(rec->obj, T_DATA)) {
       measure_record(r, rec);
     }
     // An unmarked object is garbage: it will be swept (its slot freed, maybe reused) before the
     // mutator runs again, so the record must go now. Old objects keep their mark bits through minor
     // GCs, so this is right for minor and major GCs alike.
-    if (rb_objspace_marked_object_p(rec->obj)) {
+    if (liveness_marked(rec->obj)) {
       r->records[kept++] = *rec;
       continue;
     }
@@ -326,7 +334,54 @@ void recorder_on_gc_end_mark(recorder *r) {
 }
 
 void recorder_on_compact(recorder *r) {
-  for (size_t i = 0; i < r->record_count; i++) r->records[i].obj = rb_gc_location(r->records[i].obj);
+  for (size_t i = 0; i < r->record_count; i++) {
+    // rb_gc_location reads the slot: a suspect's may be gone. One that moved is found T_MOVED or reused
+    // by recorder_check_suspects, and dropped or miscounted (recorder.h).
+    if (r->records[i].flags & RECORD_SUSPECT) continue;
+    r->records[i].obj = rb_gc_location(r->records[i].obj);
+  }
+}
+
+void recorder_distrust(recorder *r, uint32_t before_gc) {
+  for (size_t i = 0; i < r->record_count; i++) {
+    record *rec = &r->records[i];
+    if ((rec->flags & RECORD_SUSPECT) || (int32_t)(rec->alloc_gc - before_gc) >= 0) continue;
+    rec->flags |= RECORD_SUSPECT;
+    r->suspect_count++;
+  }
+}
+
+// Drops a record: its object is gone (or cannot be known to be there).
+static void drop_stale(recorder *r, const record *rec) {
+  if (rec->flags & RECORD_UNMEASURED) count_allocated_bytes(r, rec, r->config.slot_size);
+  stacktab_release(r->stacks, rec->stack_id);
+  r->stats.stale_records++;
+}
+
+bool recorder_has_suspects(const recorder *r) { return r->suspect_count != 0; }
+
+void recorder_check_suspects(recorder *r) {
+  if (r->suspect_count == 0) return;
+  // First: collecting may finish a GC in progress (Ruby completes marking and sweeping before it walks
+  // the pages), which runs recorder_on_gc_end_mark on these records. Nothing here allocates after it,
+  // so no GC can free a page between the walk and the checks below.
+  liveness_pages *pages = liveness_pages_collect();
+  size_t kept = 0;
+  for (size_t i = 0; i < r->record_count; i++) {
+    record *rec = &r->records[i];
+    if (rec->flags & RECORD_SUSPECT) {
+      // Without the page list (memory short) nothing can be checked: unusable, so dropped.
+      if (pages == NULL || !liveness_pages_has_slot(pages, rec->obj) || !record_is_valid(rec->obj)) {
+        drop_stale(r, rec);
+        continue;
+      }
+      rec->flags &= ~RECORD_SUSPECT;
+    }
+    r->records[kept++] = *rec;
+  }
+  r->record_count = kept;
+  r->suspect_count = 0;
+  liveness_pages_free(pages);
 }
 
 uint32_t recorder_age_bucket(uint32_t age) {
@@ -480,6 +535,7 @@ static bool add_sample(stack_resolver *sr, uint32_t stack_id, uint32_t class_id,
 }
 
 hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age) {
+  recorder_check_suspects(r); // before sizing anything by record_count: it may finish a GC
   hs_snapshot *s = snapshot_new();
   live_groups groups = {.groups = rec_malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
   stack_resolver sr = {.r = r, .code_names = code_names, .snapshot = s};
@@ -536,6 +592,7 @@ void recorder_reset_allocs(recorder *r) {
 void recorder_get_stats(const recorder *r, recorder_stats *stats) {
   *stats = r->stats;
   stats->tracked_objects = r->record_count;
+  stats->suspect_records = r->suspect_count;
   stats->alloc_sites = r->alloc_count;
   stats->record_bytes = sizeof(record);
   stats->live_stacks = stacktab_live_stacks(r->stacks);

@@ -6,6 +6,14 @@
 // object the GC did not mark: that slot is about to be freed and may be reused. Objects moved by
 // compaction are followed in recorder_on_compact. So, outside a GC, every record's VALUE is a live
 // object of the heap and may be dereferenced (memsize_of, frozen check). No object ids, no WeakMap.
+// Mark bits are read through liveness.h, which knows what each Ruby exports.
+//
+// A GC that ran without our pass (Ruby runs no hook inside another tool's hook, so a GC started there
+// has none; Ruby 3.1 windows can defer one) may have swept records' objects and freed whole pages.
+// capture then calls recorder_distrust: those records become suspects, never read (not in the GC pass,
+// not by compaction) until recorder_check_suspects, outside the GC, finds each one's slot on a live
+// heap page holding an object. A slot freed and reused meanwhile by another object is then counted as
+// the old record: wrong by one sample, never a crash.
 //
 // NOTE: every function runs with the GVL held. recorder_track runs inside the allocation hook and
 //       recorder_on_gc_end_mark and recorder_on_compact inside the GC: they never allocate Ruby objects,
@@ -42,7 +50,8 @@ typedef struct {
   uint64_t dropped_no_memory;   // samples dropped: malloc failed
   uint64_t frozen_measured;     // records whose object was seen frozen (measured once, not again)
   uint64_t invalid_records;     // records found pointing at no object at all (a bug; dropped)
-  uint64_t stale_records;       // records found on a freed slot: their object died in a GC our hook missed
+  uint64_t stale_records;       // records dropped after a GC our hook missed: slot or page freed
+  uint64_t suspect_records;     // records now waiting for recorder_check_suspects
   uint64_t memory_bytes;        // bytes the recorder holds (records, counters, stacks, strings)
   uint64_t record_bytes;        // bytes per record (sizeof)
   uint64_t stack_table_bytes;   // bytes of the frame and stack tables (what unique stacks cost)
@@ -72,6 +81,16 @@ void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t 
 void recorder_on_gc_end_mark(recorder *r);
 // Inside GC, while references are updated after compaction: follows moved objects.
 void recorder_on_compact(recorder *r);
+// A GC ran without recorder_on_gc_end_mark: every record allocated before GC number before_gc started
+// (alloc_gc < before_gc, mod 2^32) becomes a suspect (see above). May run inside the GC; reads no
+// object; never allocates.
+void recorder_distrust(recorder *r, uint32_t before_gc);
+// Outside the GC only: checks each suspect's slot against the heap's live pages and drops those not on
+// one or holding no object (stale_records). May finish a GC in progress first (liveness.h). Never
+// allocates Ruby objects; when memory is short for the page list, drops every suspect.
+void recorder_check_suspects(recorder *r);
+// Whether any record is a suspect. Never reads an object.
+bool recorder_has_suspects(const recorder *r);
 
 // Builds a snapshot (see snapshot.h): live objects that survived at least min_age GCs, grouped by
 // (stack, class, gc_age bucket), plus the allocation counters; sizes are re-measured first (objects

@@ -1,0 +1,43 @@
+# frozen_string_literal: true
+
+require "minitest/autorun"
+
+# CI covers several Rubies (issue 16): .ci/run runs `bin/test --ruby VERSION` for each Ruby named in
+# HEAPSCOPE_CI_RUBIES, then this machine's bin/test, which runs this file. It fails unless every named
+# Ruby ran the whole suite during this CI run and passed: a Ruby silently skipped (not installed, a run
+# that stopped early, an old log) fails the build.
+class TestCiRubies < Minitest::Test
+  ROOT = File.expand_path("..", __dir__)
+
+  def test_every_ci_ruby_ran_the_whole_suite_and_passed
+    skip "this is the run on Ruby #{ENV["HEAPSCOPE_RUBY_LABEL"]} itself" if ENV["HEAPSCOPE_RUBY_LABEL"]
+    wanted = ENV["HEAPSCOPE_CI_RUBIES"].to_s.split
+    skip "not a CI run (.ci/run names the Rubies it covers in HEAPSCOPE_CI_RUBIES)" if wanted.empty? && ENV["CI"] != "true"
+    refute_empty wanted, "CI=true but HEAPSCOPE_CI_RUBIES names no Ruby: .ci/run must name the Rubies it covers"
+    started = Integer(ENV.fetch("HEAPSCOPE_CI_STARTED"))
+    wanted.each do |version|
+      log = File.join(ROOT, "tmp/rubies/#{version}.log")
+      assert File.exist?(log), "Ruby #{version}: no log (#{log}); its suite did not run"
+      assert_operator File.mtime(log).to_i, :>=, started, "Ruby #{version}: the log is older than this CI run"
+      text = File.read(log, encoding: "UTF-8").scrub
+      assert_match(/^bin\/test: Ruby #{Regexp.escape(version)}\.\d+ /, text, "Ruby #{version}: the suite ran on another Ruby")
+      c_runs = text.scan(/^(\d+) passed, (\d+) failed$/)
+      assert_operator c_runs.size, :>=, 10, "Ruby #{version}: the pure-C tests did not all run"
+      assert c_runs.all? { |_, failed| failed == "0" }, "Ruby #{version}: a C test failed"
+      summary = text.lines.grep(/\A\d+ runs, \d+ assertions, \d+ failures, \d+ errors, \d+ skips/).last
+      assert summary, "Ruby #{version}: the Ruby suite printed no summary (it stopped early)"
+      runs, _assertions, failures, errors, skips = summary.scan(/\d+/).map(&:to_i)
+      assert_equal [0, 0], [failures, errors], "Ruby #{version}: #{summary}"
+      # Every test file ran: as many tests as this run has, less this one (which skips there).
+      assert_operator runs, :>=, own_test_count - 1, "Ruby #{version}: fewer tests ran than exist (#{summary.strip})"
+      assert_operator skips, :<=, 1, "Ruby #{version}: tests were skipped (#{summary.strip})"
+    end
+  end
+
+  private
+
+  # The tests this run knows of (every Minitest::Test subclass loaded so far: rake loads every file first).
+  def own_test_count
+    Minitest::Runnable.runnables.sum { |klass| klass.runnable_methods.size }
+  end
+end
