@@ -33,6 +33,21 @@ module StressCells
       raise "cell check failed: #{message}" unless cond
     end
 
+    # GC.verify_compaction_references toward an emptied heap (3.3+: expand_heap; 3.1: double_heap).
+    def verify_compaction
+      GC.verify_compaction_references(expand_heap: true, toward: :empty)
+    rescue ArgumentError
+      GC.verify_compaction_references(double_heap: true, toward: :empty)
+    end
+
+    # The block must raise klass with a message that includes text.
+    def check_raises(klass, text)
+      yield
+      check(false, "expected #{klass} (#{text}), nothing raised")
+    rescue klass => e
+      check(e.message.include?(text), e.message)
+    end
+
     def decoded(**options)
       prof = Heapscope::Pprof.decode(Heapscope.profile(**options))
       Heapscope::Pprof.validate!(prof)

@@ -114,12 +114,7 @@ class TestStressPeers < Minitest::Test
         check(got == 100_000, "the Ractor finished its work: \#{got}")
         check(!Heapscope.running?, "heapscope is off")
         check(Heapscope.stats[:off_reason].include?("Ractor"), Heapscope.stats.inspect)
-        begin
-          Heapscope.profile
-          check(false, "profile raises while off")
-        rescue Heapscope::Error => e
-          check(e.message.include?("a Ractor was started"), e.message)
-        end
+        check_raises(Heapscope::Error, "a Ractor was started") { Heapscope.profile }
         # Once no other Ractor runs, heapscope can start again and works. (A Ractor that has returned
         # its value may still count for a moment.)
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
@@ -138,12 +133,7 @@ class TestStressPeers < Minitest::Test
     run_cell("ractor_running", <<~'RUBY', timeout: 60)
       Warning[:experimental] = false
       q = Ractor.new { Ractor.receive }
-      begin
-        Heapscope.start
-        check(false, "start raises while another Ractor runs")
-      rescue Heapscope::Error => e
-        check(e.message.include?("Ractors"), e.message)
-      end
+      check_raises(Heapscope::Error, "while other Ractors run") { Heapscope.start }
       q.send(:done)
       q.respond_to?(:value) ? q.value : q.take
       puts "OK refused: heapscope cannot start while other Ractors run"
