@@ -116,7 +116,7 @@ class TestAutoEnv < Minitest::Test
       { "HEAPSCOPE_HTTP" => "0.0.0.0:6060" } =>
         'HEAPSCOPE_HTTP="0.0.0.0:6060" is invalid: 0.0.0.0 is not a loopback address: set HEAPSCOPE_HTTP_TOKEN to serve it',
       { "HEAPSCOPE_HTTP" => "0.0.0.0:6060", "HEAPSCOPE_HTTP_TOKEN" => "short" } =>
-        'HEAPSCOPE_HTTP_TOKEN="short" is invalid: must be at least 16 characters',
+        'HEAPSCOPE_HTTP_TOKEN (5 characters, not shown) is invalid: must be at least 16 characters',
       { "HEAPSCOPE_SAMPLE_EVERY" => "2147483648" } =>
         'HEAPSCOPE_SAMPLE_EVERY="2147483648" is invalid: must be an integer from 1 to 2147483647',
       { "HEAPSCOPE_INTERVAL" => "1h" } => 'HEAPSCOPE_INTERVAL="1h" is invalid: must be a number of seconds from 0.1 to 86400',
@@ -214,7 +214,143 @@ class TestAutoEnv < Minitest::Test
     blocker&.close
   end
 
+  # Issue 11, item 9: a URL the pattern accepts must also be one the pusher can use, so the check
+  # happens with the other variables (before anything starts) and names the variable.
+  def test_pyroscope_url_and_token_are_checked_as_the_pusher_uses_them
+    {
+      { "HEAPSCOPE_PYROSCOPE_URL" => "http://[::1" } =>
+        'HEAPSCOPE_PYROSCOPE_URL="http://[::1" is invalid: cannot be parsed as a URL (bad URI(is not URI?): "http://[::1")',
+      { "HEAPSCOPE_PYROSCOPE_URL" => "http://u%zz:p@127.0.0.1:4040" } =>
+        'HEAPSCOPE_PYROSCOPE_URL="http://u%zz:p@127.0.0.1:4040" is invalid: cannot be parsed as a URL (bad URI(is not URI?): "http://u%zz:p@127.0.0.1:4040")',
+      { "HEAPSCOPE_PYROSCOPE_URL" => "http://127.0.0.1:99999" } =>
+        'HEAPSCOPE_PYROSCOPE_URL="http://127.0.0.1:99999" is invalid: port must be from 1 to 65535, got 99999',
+      { "HEAPSCOPE_PYROSCOPE_URL" => "http://:4040" } => 'HEAPSCOPE_PYROSCOPE_URL="http://:4040" is invalid: has no host',
+      { "HEAPSCOPE_PYROSCOPE_URL" => "http://127.0.0.1:4040", "HEAPSCOPE_PYROSCOPE_TOKEN" => "tok\r\nX-Evil: 1" } =>
+        "HEAPSCOPE_PYROSCOPE_TOKEN (14 characters, not shown) is invalid: must not contain control characters such as " \
+        "a newline (it is sent in an HTTP header)",
+    }.each do |env, line|
+      _, errors = parse(env)
+      assert_equal ["heapscope: #{line}"], errors, env.inspect
+    end
+    %w[http://[::1]:4040 https://user:p%40ss@pyro.example/base/ http://localhost:4040/].each do |url|
+      assert_empty parse("HEAPSCOPE_PYROSCOPE_URL" => url).last, url
+    end
+  end
+
+  # The whole of autostart is off, as the line says: no listener, no writer, no final profile.
+  def test_unparsable_pyroscope_url_turns_everything_off
+    Dir.mktmpdir do |dir|
+      port = free_port
+      env = ruby_env("HEAPSCOPE_PYROSCOPE_URL" => "http://[::1", "HEAPSCOPE_DIR" => dir, "HEAPSCOPE_HTTP" => port.to_s)
+      out, err, status = capture(env, "p [defined?(Heapscope::Native), Thread.list.size]; " \
+                                      "begin; TCPSocket.new('127.0.0.1', #{port}); p :listening; rescue SystemCallError; p :no_listener; end")
+      assert status.success?, err
+      assert_equal "[nil, 1]\n:no_listener\n", out
+      assert_equal ['heapscope: HEAPSCOPE_PYROSCOPE_URL="http://[::1" is invalid: cannot be parsed as a URL ' \
+                    '(bad URI(is not URI?): "http://[::1"); profiling is off'], err.lines.map(&:chomp)
+      assert_empty Dir.children(dir), "no final profile: profiling never started"
+    end
+  end
+
+  # A surface that fails to start for a reason no check foresaw (injected here) stops what had
+  # started, so "profiling is off" is true.
+  def test_a_surface_failing_to_start_stops_everything_started_before_it
+    skip_unless_native
+    Dir.mktmpdir do |dir|
+      port = free_port
+      env = { "RUBYOPT" => "-I#{LIB}", "HEAPSCOPE_PYROSCOPE_URL" => "http://127.0.0.1:1", "HEAPSCOPE_DIR" => dir,
+              "HEAPSCOPE_HTTP" => port.to_s, "HEAPSCOPE_INTERVAL" => "0.1" }
+      script = <<~RUBY
+        require "heapscope/pyroscope"
+        Heapscope::Pyroscope.prepend(Module.new { def initialize(**) raise IOError, "injected" end })
+        require "heapscope/auto"
+        p [Heapscope.running?, Thread.list.size, Heapscope::Auto.stats, Heapscope::Auto.config]
+        begin; TCPSocket.new("127.0.0.1", #{port}); p :listening; rescue SystemCallError; p :no_listener; end
+        sleep 0.3
+      RUBY
+      out, err, status = capture(env, script)
+      assert status.success?, err
+      assert_equal "[false, 1, {}, nil]\n:no_listener\n", out
+      lines = err.lines.map(&:chomp)
+      assert_equal "heapscope: serving http://127.0.0.1:#{port}/debug/pprof/ (pid #{lines[0][/pid (\d+)/, 1]})", lines[0]
+      assert_equal ["heapscope: autostart failed starting the Pyroscope pusher (HEAPSCOPE_PYROSCOPE_URL): IOError: injected; profiling is off"],
+                   lines.drop(1)
+      assert_empty Dir.children(dir), "neither periodic files nor a final profile"
+    end
+  end
+
+  # Issue 11, item 13: an application that calls Heapscope.start itself, run under autostart.
+  def test_heapscope_start_in_application_code_under_autostart_warns_once_and_returns_false
+    skip_unless_native
+    script = <<~RUBY
+      p Heapscope.start(sample_every: 5)
+      p Heapscope.start
+      p [Heapscope.running?, Heapscope.config[:sample_every]]
+      begin
+        Heapscope.start(bogus: 1)
+      rescue ArgumentError => e
+        p e.class
+      end
+      Heapscope.stop
+      p Heapscope.start(sample_every: 7), Heapscope.config[:sample_every]
+      begin
+        Heapscope.start
+      rescue Heapscope::Error
+        p :raises_for_the_apps_own_profiler
+      end
+    RUBY
+    out, err, status = capture(ruby_env("HEAPSCOPE_SAMPLE_EVERY" => "3"), script)
+    assert status.success?, err
+    assert_equal "false\nfalse\n[true, 3]\nArgumentError\ntrue\n7\n:raises_for_the_apps_own_profiler\n", out
+    assert_equal ["heapscope: Heapscope.start was called while autostart (RUBYOPT=-rheapscope/auto) is profiling this process: " \
+                  "it returns false and autostart's settings stay (call Heapscope.stop first to start with other options)"],
+                 err.lines.map(&:chomp)
+  end
+
+  # Issue 11, item 10: the final profile failing must say so, even after periodic writes failed
+  # for the same reason (their warning was given once, and the final one used to pass in silence).
+  def test_a_final_profile_that_cannot_be_written_prints_one_line_with_the_path_and_the_error
+    skip_unless_native
+    Dir.mktmpdir do |tmp|
+      blocker = File.join(tmp, "a-file")
+      File.write(blocker, "")
+      dir = File.join(blocker, "sub")
+      err = final_failure(dir)
+      assert_match(/\A#{final_prefix(dir)}(File exists|Not a directory) \(Errno::(EEXIST|ENOTDIR)\)\z/, err)
+    end
+  end
+
+  def test_a_final_profile_on_a_full_disk_prints_one_line_with_the_path_and_the_error
+    skip_unless_native
+    Dir.mktmpdir do |tmp|
+      skip "cannot mount a tmpfs here" unless system("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", tmp, err: File::NULL)
+      begin
+        File.open(File.join(tmp, "filler"), "wb") { |f| loop { f.write("\0" * 4096) } } rescue Errno::ENOSPC
+        err = final_failure(tmp)
+        assert_match(/\A#{final_prefix(tmp)}No space left on device \(Errno::ENOSPC\)\z/, err)
+        assert_equal ["filler"], Dir.children(tmp), "no partial file is left"
+      ensure
+        system("umount", tmp, err: File::NULL)
+      end
+    end
+  end
+
   private
+
+  def final_prefix(dir)
+    "heapscope: final profile not written to #{Regexp.escape(dir)}/app-\\d+-\\d{8}T\\d{6}\\.\\d{3}Z-final\\.heap\\.pb\\.gz: "
+  end
+
+  # Runs an app whose periodic writes into dir fail; returns the one line about its final profile.
+  def final_failure(dir)
+    env = ruby_env("HEAPSCOPE_DIR" => dir, "HEAPSCOPE_APP_NAME" => "app", "HEAPSCOPE_INTERVAL" => "0.1")
+    out, err, status = capture(env, "sleep 0.5; puts :ran")
+    assert_equal [true, "ran\n"], [status.success?, out], err
+    lines = err.lines.map(&:chomp)
+    assert_equal 2, lines.size, err
+    assert_match(/\Aheapscope: cannot write profiles to #{Regexp.escape(dir)}: /, lines[0], "the periodic writes' one warning")
+    lines[1]
+  end
 
   def capture(env, script)
     require "open3"

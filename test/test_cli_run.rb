@@ -136,6 +136,40 @@ class TestCliRun < Minitest::Test
     assert_match(%r{^heapscope: final profile: #{Regexp.escape(File.realpath(@tmp))}/heapscope-profiles/}, err)
   end
 
+  # Issue 11, item 12: the directory is shared (the default ./heapscope-profiles, or --dir); other
+  # processes' finals in it, old or written during the run, are not this run's profiles.
+  def test_run_reports_only_the_finals_of_its_own_processes
+    skip_unless_native
+    dir = File.join(@tmp, "shared")
+    Dir.mkdir(dir)
+    # A final profile from just before (the old report took any from up to 1 s before the start)...
+    File.write(File.join(dir, "other-1-20260101T000000.000Z-final.heap.pb.gz"), "x")
+    # ...and another application writing its own final into the same directory during the run.
+    other = Process.spawn(ruby_env("HEAPSCOPE_DIR" => dir, "HEAPSCOPE_APP_NAME" => "neighbour"),
+                          RbConfig.ruby, "-e", "sleep 0.3", err: File::NULL)
+    out, err, code = heapscope("run", "--dir", dir, "--app-name", "mine", "--", RbConfig.ruby, "-e", "puts $$; sleep 1.5")
+    Process.wait(other)
+    assert_equal 0, code, err
+    pid = out.to_i
+    assert_equal 1, Dir.children(dir).grep(/\Aneighbour-.*-final/).size, "the neighbour wrote its final during the run"
+    finals = err.scan(/^heapscope: final profile: (\S+)$/).flatten
+    assert_equal 1, finals.size, err
+    assert_match(%r{\A#{Regexp.escape(dir)}/mine-#{pid}-\d{8}T\d{6}\.\d{3}Z-final\.heap\.pb\.gz\z}, finals.first)
+  end
+
+  # Every Ruby process the command starts is profiled, and its final is reported.
+  def test_run_reports_the_finals_of_child_processes_too
+    skip_unless_native
+    dir = File.join(@tmp, "out")
+    script = "puts $$; $stdout.flush; system(RbConfig.ruby, '-e', 'puts $$')"
+    out, err, code = heapscope("run", "--dir", dir, "--", RbConfig.ruby, "-e", script)
+    assert_equal 0, code, err
+    pids = out.split.map(&:to_i)
+    assert_equal 2, pids.size, out
+    finals = err.scan(/^heapscope: final profile: (\S+)$/).flatten
+    assert_equal pids.sort, finals.map { |f| File.basename(f)[/\A\w+-(\d+)-/, 1].to_i }.sort, err
+  end
+
   def test_run_passes_sampling_flags_to_the_child
     skip_unless_native
     script = "p Heapscope.config.values_at(:sampling, :window_share); p Heapscope.stats[:sampling]"

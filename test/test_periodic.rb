@@ -79,12 +79,14 @@ class TestPeriodic < Minitest::Test
   def test_rotation_removes_temp_files_of_dead_processes_only
     dead = Process.spawn(RbConfig.ruby, "-e", "0")
     Process.wait(dead)
-    stale = File.join(@dir, ".web-#{dead}-20260101T000000.000Z.heap.pb.gz.tmp-#{dead}")
-    live = File.join(@dir, ".web-#{Process.ppid}-20260101T000000.000Z.heap.pb.gz.tmp-#{Process.ppid}")
-    File.write(stale, "partial")
-    File.write(live, "partial")
+    # Temp names are .NAME.tmp-PID-RANDOM (.NAME.tmp-PID before issue 11: still cleaned up).
+    stale = File.join(@dir, ".web-#{dead}-20260101T000000.000Z.heap.pb.gz.tmp-#{dead}-0123456789abcdef")
+    stale_old = File.join(@dir, ".web-#{dead}-20260101T000000.001Z.heap.pb.gz.tmp-#{dead}")
+    live = File.join(@dir, ".web-#{Process.ppid}-20260101T000000.000Z.heap.pb.gz.tmp-#{Process.ppid}-0123456789abcdef")
+    [stale, stale_old, live].each { |path| File.write(path, "partial") }
     writer(interval: 3600).write_now
     refute File.exist?(stale), "a dead writer's temp file is removed"
+    refute File.exist?(stale_old), "a dead writer's temp file (old name) is removed"
     assert File.exist?(live), "a live writer's temp file is left alone"
   end
 
@@ -153,7 +155,7 @@ class TestPeriodic < Minitest::Test
       Zlib.gunzip(data)
     end
     # Whatever was mid-write is only ever a hidden temp file, and the next writer removes it.
-    Dir.children(@dir).select { |n| n.start_with?(".") }.each { |n| assert_match(/\A\.web-\d+-.*\.heap\.pb\.gz\.tmp-\d+\z/, n) }
+    Dir.children(@dir).select { |n| n.start_with?(".") }.each { |n| assert_match(/\A\.web-\d+-.*\.heap\.pb\.gz\.tmp-\d+-[0-9a-f]{16}\z/, n) }
     $stderr.puts "temp files left by kill -9: #{Dir.children(@dir).count { |n| n.start_with?(".") }}" if ENV["HEAPSCOPE_TEST_VERBOSE"]
     writer(interval: 3600, keep: 1000).write_now
     assert_empty Dir.children(@dir).select { |n| n.start_with?(".") }

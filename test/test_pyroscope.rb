@@ -52,6 +52,53 @@ class TestPyroscope < Minitest::Test
     end
   end
 
+  # Hostile is a loopback server that reads each request whole, then answers with the block
+  # (given the socket); it counts requests and the bytes the block managed to send.
+  class Hostile
+    attr_reader :port, :requests, :sent
+
+    def initialize(&answer)
+      @server = TCPServer.new("127.0.0.1", 0)
+      @port = @server.addr[1]
+      @requests = Queue.new
+      @sent = Queue.new
+      @threads = []
+      @thread = Thread.new do
+        loop do
+          sock = @server.accept
+          @threads << Thread.new { serve(sock, answer) }
+        end
+      rescue IOError
+        nil
+      end
+    end
+
+    def serve(sock, answer)
+      head = +"".b
+      head << sock.readpartial(4096) until head.include?("\r\n\r\n")
+      head, body = head.split("\r\n\r\n", 2)
+      length = head[/^content-length: *(\d+)/i, 1].to_i
+      body << sock.readpartial(65_536) while body.bytesize < length
+      @requests << head
+      count = 0
+      begin
+        answer.call(->(bytes) { sock.write(bytes); count += bytes.bytesize })
+      rescue IOError, SystemCallError
+        nil # the client hung up: what a bounded client does
+      end
+      @sent << count
+    rescue IOError, SystemCallError
+      nil
+    ensure
+      sock.close
+    end
+
+    def close
+      @server.close
+      @threads.each { |t| t.join(5) || t.kill }
+    end
+  end
+
   def setup
     @source = FakeSource.new
     @warnings = []
@@ -160,6 +207,209 @@ class TestPyroscope < Minitest::Test
     assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 4
   end
 
+  # Issue 11, item 7: a server answering with 200 MB (RSS went to 353 MB when the answer was read
+  # whole). Only the status line is read; the client hangs up on the rest.
+  def test_a_huge_answer_is_not_read
+    chunk = ("x" * (1 << 20)).b
+    hostile = Hostile.new do |send|
+      send.call("HTTP/1.1 200 OK\r\nContent-Length: #{200 << 20}\r\n\r\n")
+      200.times { send.call(chunk) }
+    end
+    pusher(url: "http://127.0.0.1:#{hostile.port}", read_timeout: 10).tap(&:collect_now).start
+    wait_for("the push") { @pusher.stats[:pushed] == 1 }
+    sent = Timeout.timeout(30) { hostile.sent.pop }
+    assert_operator sent, :<, 64 << 20, "the server could send only what socket buffers hold before the client hung up"
+    assert_empty @warnings
+  ensure
+    hostile&.close
+  end
+
+  # A server that trickles its answer, a byte every 0.2 s, used to hold the sender (and exit) for
+  # as long as it liked: each read got its own read_timeout. The deadline now bounds the phase.
+  TRICKLE = lambda do |send|
+    "HTTP/1.1 200 OK\r\nX-Pad: #{"a" * 150}\r\n\r\n".each_char do |c|
+      send.call(c)
+      sleep 0.2
+    end
+  end
+
+  def test_a_trickled_answer_fails_at_the_deadline
+    hostile = Hostile.new(&TRICKLE)
+    pusher(url: "http://127.0.0.1:#{hostile.port}", read_timeout: 1).tap(&:collect_now).start
+    Timeout.timeout(10) { hostile.requests.pop }
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    wait_for("the timeout", timeout: 5) { @pusher.stats[:failed] >= 1 }
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 2.5
+    assert_equal 0, @pusher.stats[:pushed]
+    assert_equal 1, @warnings.size, @warnings.inspect
+    assert_match(/failed: Heapscope::Pyroscope::TimeoutError: timed out during answer \(the limit is 1 s to send the profile and get the answer\)/,
+                 @warnings.first)
+  ensure
+    @pusher&.stop
+    hostile&.close
+  end
+
+  def test_stop_abandons_a_push_in_flight
+    hostile = Hostile.new(&TRICKLE)
+    pusher(url: "http://127.0.0.1:#{hostile.port}", read_timeout: 30).tap(&:collect_now).start
+    Timeout.timeout(10) { hostile.requests.pop }
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    @pusher.stop(flush_timeout: 0.5)
+    # 0.5 s of flushing, then the push is abandoned within 0.1 s (it used to hold stop for 32 s).
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 2.5
+    refute @pusher.running?
+    assert_empty @warnings, "an abandoned push is not a failure to warn about"
+  ensure
+    hostile&.close
+  end
+
+  # The documented bound: at exit the sender gets 2 s to flush, whatever the server does.
+  def test_autostart_exits_on_time_while_the_server_trickles
+    skip_unless_native
+    hostile = Hostile.new(&TRICKLE)
+    env = ruby_env("HEAPSCOPE_PYROSCOPE_URL" => "http://127.0.0.1:#{hostile.port}", "HEAPSCOPE_INTERVAL" => "0.2")
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    out, err, status = Timeout.timeout(60) do
+      Open3.capture3(env, RbConfig.ruby, "-e", "sleep 0.5; p Heapscope::Auto.stats[:pyroscope][:pushed]")
+    end
+    elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    assert status.success?, err
+    assert_equal ["0\n", ""], [out, err]
+    refute hostile.requests.empty?, "a push was in flight at exit"
+    # Ruby's start and the 0.5 s sleep, then at most 2 s of flushing and 1 s to abandon (it took
+    # 19 s before): the margin is for a loaded machine.
+    assert_operator elapsed, :<, 7, "exit took #{elapsed.round(1)} s"
+  ensure
+    hostile&.close
+  end
+
+  # A self-signed certificate for 127.0.0.1: [key, cert].
+  def self_signed
+    require "openssl"
+    key = OpenSSL::PKey::RSA.new(2048)
+    cert = OpenSSL::X509::Certificate.new
+    cert.version = 2
+    cert.serial = 1
+    cert.subject = cert.issuer = OpenSSL::X509::Name.parse("/CN=127.0.0.1")
+    cert.public_key = key.public_key
+    cert.not_before = Time.now - 60
+    cert.not_after = Time.now + 3600
+    extensions = OpenSSL::X509::ExtensionFactory.new
+    extensions.subject_certificate = extensions.issuer_certificate = cert
+    cert.add_extension(extensions.create_extension("subjectAltName", "IP:127.0.0.1"))
+    cert.add_extension(extensions.create_extension("basicConstraints", "CA:TRUE", true))
+    cert.sign(key, OpenSSL::Digest.new("SHA256"))
+    [key, cert]
+  end
+
+  # A whole push over TLS, in a child whose trust store is this certificate (SSL_CERT_FILE is read
+  # when OpenSSL loads).
+  def test_https_push_with_a_trusted_certificate
+    key, cert = self_signed
+    Dir.mktmpdir do |dir|
+      File.write(File.join(dir, "cert.pem"), cert.to_pem)
+      File.write(File.join(dir, "key.pem"), key.to_pem)
+      script = <<~'RUBY'
+        require "openssl"
+        require "socket"
+        require "heapscope/pyroscope"
+        context = OpenSSL::SSL::SSLContext.new
+        context.cert = OpenSSL::X509::Certificate.new(File.read("cert.pem"))
+        context.key = OpenSSL::PKey.read(File.read("key.pem"))
+        tcp = TCPServer.new("127.0.0.1", 0)
+        server = OpenSSL::SSL::SSLServer.new(tcp, context)
+        got = Queue.new
+        Thread.new do
+          sock = server.accept
+          head = +""
+          head << sock.readpartial(4096) until head.include?("\r\n\r\n")
+          length = head[/^content-length: *(\d+)/i, 1].to_i
+          head << sock.readpartial(65_536) while head.bytesize < head.index("\r\n\r\n") + 4 + length
+          got << head.lines.first
+          sock.write("HTTP/1.1 204 No Content\r\n\r\n")
+          sock.close
+        end
+        source = Object.new
+        def source.running? = true
+        def source.profile(**) = "profile-bytes"
+        pusher = Heapscope::Pyroscope.new(url: "https://127.0.0.1:#{tcp.addr[1]}", app_name: "tls", source: source,
+                                          open_timeout: 5, read_timeout: 5, proxy: nil, warn: ->(l) { warn l })
+        pusher.collect_now
+        pusher.start
+        require "timeout"
+        puts Timeout.timeout(20) { got.pop } # the child ends on its own whatever happens
+        200.times { break if pusher.stats[:pushed] == 1; sleep 0.05 }
+        pusher.stop
+        puts :pushed
+      RUBY
+      out, err, status = Timeout.timeout(60) do
+        Open3.capture3({ "SSL_CERT_FILE" => File.join(dir, "cert.pem"), "RUBYLIB" => LIB }, RbConfig.ruby, "-e", script, chdir: dir)
+      end
+      assert status.success?, err
+      assert_match(%r{\APOST /ingest\?name=tls\.heap.* HTTP/1\.1\r?\npushed\n\z}, out)
+      assert_equal "", err
+    end
+  end
+
+  def test_https_verifies_the_certificate
+    key, cert = self_signed
+    context = OpenSSL::SSL::SSLContext.new
+    context.cert = cert
+    context.key = key
+    tcp = TCPServer.new("127.0.0.1", 0)
+    server = OpenSSL::SSL::SSLServer.new(tcp, context)
+    thread = Thread.new do
+      sock = server.accept
+      sock.close
+    rescue OpenSSL::SSL::SSLError, IOError, SystemCallError
+      nil
+    end
+    pusher(url: "https://127.0.0.1:#{tcp.addr[1]}").tap(&:collect_now).start
+    wait_for("the failure") { @pusher.stats[:failed] >= 1 }
+    assert_match(/OpenSSL::SSL::SSLError: .*certificate verify failed/, @warnings.first)
+  ensure
+    @pusher&.stop
+    thread&.join(5)
+    tcp&.close
+  end
+
+  # Net::HTTP went through http_proxy; the bounded client does too.
+  def test_goes_through_an_http_proxy
+    proxy = Hostile.new { |send| send.call("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n") }
+    pusher(url: "http://pyroscope.example:4040/base", proxy: "http://u:p%40ss@127.0.0.1:#{proxy.port}").tap(&:collect_now).start
+    head = Timeout.timeout(10) { proxy.requests.pop }
+    assert_match %r{\APOST http://pyroscope\.example:4040/base/ingest\?name=web\.heap%7B%7D&from=\d+&until=\d+&format=pprof&spyName=heapscope HTTP/1\.1\r\n}, head
+    assert_includes head, "\r\nHost: pyroscope.example:4040\r\n"
+    assert_includes head, "\r\nProxy-Authorization: Basic #{["u:p@ss"].pack("m0")}"
+    wait_for("the push") { @pusher.stats[:pushed] == 1 }
+  ensure
+    @pusher&.stop
+    proxy&.close
+  end
+
+  def test_https_goes_through_a_proxy_tunnel
+    proxy = Hostile.new { |send| send.call("HTTP/1.1 200 Connection established\r\n\r\n") } # then hangs up
+    pusher(url: "https://pyroscope.example/", proxy: "http://127.0.0.1:#{proxy.port}").tap(&:collect_now).start
+    head = Timeout.timeout(10) { proxy.requests.pop }
+    assert_equal "CONNECT pyroscope.example:443 HTTP/1.1\r\nHost: pyroscope.example:443", head
+    wait_for("the failed handshake") { @pusher.stats[:failed] >= 1 }
+    assert_match(/OpenSSL::SSL::SSLError|EOFError|ECONNRESET/, @warnings.first)
+  ensure
+    @pusher&.stop
+    proxy&.close
+  end
+
+  def test_http_proxy_from_the_environment_is_not_used_for_loopback
+    old = ENV.to_h.slice("http_proxy", "HTTP_PROXY")
+    ENV["http_proxy"] = "http://127.0.0.1:#{free_port}"
+    pusher.tap(&:collect_now).start
+    next_request
+    wait_for("the push") { @pusher.stats[:pushed] == 1 }
+  ensure
+    ENV.delete("http_proxy")
+    ENV.update(old)
+  end
+
   def test_not_running_collects_nothing
     @source.running = false
     refute pusher.collect_now
@@ -175,6 +425,13 @@ class TestPyroscope < Minitest::Test
 
   def test_bad_arguments
     assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "ftp://x", app_name: "a", source: @source) }
+    # Issue 11, item 9: URI's own parse error used to escape as URI::InvalidURIError.
+    error = assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "http://[::1", app_name: "a", source: @source) }
+    assert_equal 'url "http://[::1" is invalid: cannot be parsed as a URL (bad URI(is not URI?): "http://[::1")', error.message
+    error = assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "http://x", app_name: "a", source: @source, token: "a\nb") }
+    assert_match(/\Atoken is invalid: must not contain control characters/, error.message)
+    error = assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "http://x", app_name: "a", source: @source, proxy: "https://p") }
+    assert_equal 'proxy "https://p" is invalid: must be http://', error.message
     assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "http://x", app_name: "a", source: @source, interval: 0) }
     assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "http://x", app_name: "a", source: @source, queue_size: 0) }
   end

@@ -16,6 +16,9 @@ module Heapscope
       attr_reader :config, :writer, :server, :pusher
 
       # Reads env and starts everything it asks for. Returns true when profiling started.
+      # Either everything the variables ask for runs, or nothing does: a surface that fails to start
+      # for a reason the variables' check did not catch stops whatever had started, so the line
+      # that says "profiling is off" is true.
       def start(env = ENV, err: $stderr)
         return false if @started
 
@@ -29,17 +32,33 @@ module Heapscope
         return false unless config[:enabled]
 
         @config = config
+        # `heapscope run` passes a file where each process it started lists its final profile,
+        # so it reports its own processes' profiles only (cli.rb).
+        @run_report = env[EnvConfig::RUN_REPORT_VARIABLE]
+        @stage = "the profiler"
         return false unless start_profiler(config[:start])
 
-        start_server(config[:http]) if config[:http]
-        start_writer(config) if config[:dir]
-        start_pusher(config) if config[:pyroscope]
+        if config[:http]
+          @stage = "the listener (HEAPSCOPE_HTTP)"
+          start_server(config[:http])
+        end
+        if config[:dir]
+          @stage = "the periodic writer (HEAPSCOPE_DIR)"
+          start_writer(config)
+        end
+        if config[:pyroscope]
+          # The variable, not its value: a URL may hold a password.
+          @stage = "the Pyroscope pusher (HEAPSCOPE_PYROSCOPE_URL)"
+          start_pusher(config)
+        end
+        @stage = "the fork hook"
         require "heapscope/fork"
         Fork.after_fork_child { |_parent| after_fork }
         at_exit { finish }
         true
       rescue StandardError, LoadError => e
-        say("heapscope: autostart failed: #{e.class}: #{e.message}; profiling is off")
+        abandon
+        say("heapscope: autostart failed starting #{@stage}: #{e.class}: #{e.message}; profiling is off")
         false
       end
 
@@ -57,14 +76,31 @@ module Heapscope
         @server&.stop
         if @writer
           @writer.stop
-          if @config[:final]
-            path = @writer.write_now(final: true, gc: true)
-            say("heapscope: final profile written to #{path}") if path
-          end
+          write_final if @config[:final]
         end
         @pusher&.stop(flush_timeout: 2)
       rescue StandardError => e
         say("heapscope: at exit: #{e.class}: #{e.message}")
+      end
+
+      # Whether autostart started the profiler that is running now (Heapscope.start then warns
+      # instead of raising; see AppStart).
+      def owns_profiler?
+        @owns_profiler == true && defined?(Heapscope.running?) && Heapscope.running?
+      end
+
+      def profiler_taken_over
+        @owns_profiler = false
+      end
+
+      # Called by AppStart when application code calls Heapscope.start under autostart. Warns once.
+      def app_called_start
+        return if @app_start_warned
+
+        @app_start_warned = true
+        say("heapscope: Heapscope.start was called while autostart (RUBYOPT=-rheapscope/auto) is profiling " \
+            "this process: it returns false and autostart's settings stay (call Heapscope.stop first to " \
+            "start with other options)")
       end
 
       private
@@ -73,7 +109,11 @@ module Heapscope
         require "heapscope"
         # Only the options this build of the core knows (an older core has no max_overhead).
         options = options.select { |key, _| Heapscope::START_DEFAULTS.key?(key) } if defined?(Heapscope::START_DEFAULTS)
-        Heapscope.start(**options) unless Heapscope.running?
+        unless Heapscope.running?
+          Heapscope.start(**options)
+          @owns_profiler = true
+          Heapscope.singleton_class.prepend(AppStart)
+        end
         true
       rescue LoadError => e
         say("heapscope: cannot load the extension (#{e.message}); profiling is off")
@@ -105,6 +145,47 @@ module Heapscope
                                 interval: config[:interval], warn: ->(line) { say(line) }).start
       end
 
+      # The final profile, and one line saying where it is or why there is none: a full disk or an
+      # unsafe directory must not pass in silence, even when a periodic write already warned.
+      def write_final
+        path, error = @writer.write_final(gc: true)
+        if error
+          reason = error.message.sub(/ @ .*/m, "") # Errno's " @ rb_sysopen - PATH" repeats the path
+          say("heapscope: final profile not written to #{path || @writer.dir}: #{reason} (#{error.class})")
+        elsif path
+          say("heapscope: final profile written to #{path}")
+          note_final(path)
+        else
+          say("heapscope: no final profile: the profiler is not running (Heapscope.stop was called, or it switched itself off)")
+        end
+      end
+
+      # Appends path to the report file of `heapscope run`, if this process was started by one.
+      # The file must exist already (heapscope run made it): it is opened without O_CREAT and
+      # without following a symlink, and with O_APPEND, so processes of one run never mix lines.
+      def note_final(path)
+        return unless @run_report
+
+        File.open(@run_report, File::WRONLY | File::APPEND | AtomicWrite::NOFOLLOW) { |f| f.write("#{path}\n") }
+      rescue SystemCallError, IOError
+        nil
+      end
+
+      # Stops whatever start had started before it failed.
+      def abandon
+        [@server, @writer, @pusher].each do |surface|
+          surface&.stop
+        rescue StandardError
+          nil
+        end
+        @server = @writer = @pusher = nil
+        Heapscope.stop if @owns_profiler && defined?(Heapscope.stop)
+        @owns_profiler = false
+        @config = nil
+      rescue StandardError
+        nil
+      end
+
       def after_fork
         if @server
           begin
@@ -121,6 +202,23 @@ module Heapscope
         @err.puts(line)
       rescue StandardError
         nil
+      end
+    end
+
+    # Prepended to Heapscope's singleton once autostart has started the profiler: application code
+    # that calls Heapscope.start itself (as it would without autostart) gets false and one warning,
+    # not the "already running" Heapscope::Error. Bad options still raise ArgumentError, as they
+    # would without autostart.
+    module AppStart
+      def start(**options)
+        result = super
+        Auto.profiler_taken_over # the application stopped autostart's profiler and started its own
+        result
+      rescue Heapscope::Error
+        raise unless Auto.owns_profiler?
+
+        Auto.app_called_start
+        false
       end
     end
   end

@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "fileutils"
+require "tmpdir"
 require "heapscope/version"
 require "heapscope/env_config"
 
@@ -95,8 +97,23 @@ module Heapscope
         flags, command = parse
         return flags if flags.is_a?(Integer) # help (0) or usage error (2)
 
-        env = child_env(flags)
-        spawn_and_wait(env, command)
+        # Each process of this run lists the final profile it wrote in this file (auto.rb), so
+        # the report names this run's profiles only: the directory may also hold finals of other
+        # runs, of other applications, or of processes that share it right now (issue 11, item 12).
+        # The file is in a directory of its own (0700), so nobody else can add lines to it.
+        begin
+          private_dir = Dir.mktmpdir("heapscope-run")
+          @report = File.join(private_dir, "finals")
+          File.open(@report, File::WRONLY | File::CREAT | File::EXCL, 0o600, &:close)
+        rescue SystemCallError => e
+          @err.puts("heapscope run: cannot create its list of final profiles in #{Dir.tmpdir}: #{e.message.sub(/ @ .*/, "")} (set TMPDIR)")
+          return 1
+        end
+        begin
+          spawn_and_wait(child_env(flags), command)
+        ensure
+          FileUtils.rm_rf(private_dir)
+        end
       end
 
       def self.usage
@@ -180,13 +197,13 @@ module Heapscope
         @dir = File.expand_path(env["HEAPSCOPE_DIR"])
         env["HEAPSCOPE_DIR"] = @dir
         env["HEAPSCOPE_ENABLED"] = "1"
+        env[EnvConfig::RUN_REPORT_VARIABLE] = @report
         lib = File.expand_path("..", __dir__)
         env["RUBYOPT"] = ["-I#{lib}", "-rheapscope/auto", ENV["RUBYOPT"]].compact.join(" ")
         env
       end
 
       def spawn_and_wait(env, command)
-        started = Time.now
         pid =
           begin
             # The [cmd, cmd] form never goes through a shell, even for a single word.
@@ -201,15 +218,17 @@ module Heapscope
         end
         _, status = Process.wait2(pid)
         old.each { |sig, handler| trap(sig, handler || "DEFAULT") }
-        report_profiles(started)
+        report_profiles
         status.exited? ? status.exitstatus : 128 + status.termsig.to_i
       end
 
-      def report_profiles(started)
-        finals = Dir.glob("*-final.heap.pb.gz", base: @dir)
-                    .map { |name| File.join(@dir, name) }
-                    .select { |path| File.mtime(path) >= started - 1 }
-                    .sort_by { |path| File.mtime(path) }
+      # Prints the final profiles that the processes of this run listed (see call), oldest first.
+      def report_profiles
+        finals = File.readlines(@report, chomp: true).uniq.filter_map do |path|
+          [File.mtime(path), path] if File.file?(path)
+        rescue SystemCallError
+          nil # removed meanwhile (another process rotated it away)
+        end.sort.map(&:last)
         if finals.empty?
           @err.puts("heapscope: no final profile was written to #{@dir} (did the command run Ruby? see messages above)")
         else

@@ -37,9 +37,14 @@ module Heapscope
       "HEAPSCOPE_PYROSCOPE_TOKEN" => "sent as Authorization: Bearer TOKEN to Pyroscope (or put user:pass@ in the URL)",
     }.freeze
 
+    # Set by `heapscope run` (cli.rb) for the processes it starts: a file where each lists the
+    # final profile it wrote (auto.rb). Not a setting for users, so not in VARIABLES.
+    RUN_REPORT_VARIABLE = "HEAPSCOPE_RUN_REPORT"
+
     FORK_MODES = %w[offset same off].freeze
     SAMPLING_MODES = %w[windowed always].freeze
     LABEL_KEY = /\A[A-Za-z_][A-Za-z0-9_.]*\z/.freeze
+    SECRETS = %w[HEAPSCOPE_HTTP_TOKEN HEAPSCOPE_PYROSCOPE_TOKEN].freeze
 
     class << self
       # Returns [config Hash, Array of error lines]. config has :start (options for Heapscope.start),
@@ -125,10 +130,14 @@ module Heapscope
         @problems = []
       end
 
-      # One line per bad variable, in the order of VARIABLES.
+      # One line per bad variable, in the order of VARIABLES. A token's value is never printed:
+      # these lines go to the application's logs.
       def errors
         order = VARIABLES.keys
-        @problems.sort_by { |name, _, _| order.index(name) || order.size }.map { |name, value, reason| "heapscope: #{name}=#{value.inspect} is invalid: #{reason}" }
+        @problems.sort_by { |name, _, _| order.index(name) || order.size }.map do |name, value, reason|
+          shown = SECRETS.include?(name) ? " (#{value.to_s.length} characters, not shown)" : "=#{value.inspect}"
+          "heapscope: #{name}#{shown} is invalid: #{reason}"
+        end
       end
 
       def bad(name, reason)
@@ -253,8 +262,23 @@ module Heapscope
         unless url.match?(%r{\Ahttps?://[^/\s?#]+(/[^\s?#]*)?\z})
           return bad("HEAPSCOPE_PYROSCOPE_URL", "must be an http:// or https:// URL without query, e.g. http://127.0.0.1:4040")
         end
+        # The pusher's own check, so a URL accepted here never fails when the pusher starts
+        # (http://[::1 passed the pattern above, then failed URI parsing after the listener and the
+        # writer had started).
+        require "heapscope/pyroscope"
+        begin
+          Pyroscope.parse_url(url)
+        rescue ArgumentError => e
+          return bad("HEAPSCOPE_PYROSCOPE_URL", e.message)
+        end
+        token = string("HEAPSCOPE_PYROSCOPE_TOKEN")
+        begin
+          Pyroscope.check_token(token)
+        rescue ArgumentError => e
+          return bad("HEAPSCOPE_PYROSCOPE_TOKEN", e.message)
+        end
 
-        { url: url, labels: labels, token: string("HEAPSCOPE_PYROSCOPE_TOKEN") }
+        { url: url, labels: labels, token: token }
       end
     end
 

@@ -10,10 +10,12 @@ module Heapscope
   #   writer = Heapscope::PeriodicWriter.new(dir: "/var/tmp/prof", interval: 60, keep: 48, app_name: "web").start
   #
   # Files are named APP-PID-YYYYMMDDTHHMMSS.mmmZ.heap.pb.gz (the final one ends -final.heap.pb.gz),
-  # so forked children never collide with their parent. Each is written to a hidden temp file
-  # (.NAME.tmp-PID) in the same directory, fsynced, then renamed: a reader, or a kill -9 at any
-  # moment, sees whole profiles only. Temp files left by dead processes are removed on rotation.
-  # Failures (disk full, unwritable dir) warn once per error class and never raise.
+  # so forked children never collide with their parent. Each is written by Heapscope.write_atomically
+  # (atomic_write.rb): a hidden temp file with an unpredictable name (.NAME.tmp-PID-RANDOM), created
+  # exclusively, fsynced, then renamed: a reader, or a kill -9 at any moment, sees whole profiles
+  # only, and nothing planted in the directory can make it write elsewhere. Temp files left by dead
+  # processes are removed on rotation. Failures (disk full, unwritable or unsafe dir) warn once per
+  # error class and never raise.
   class PeriodicWriter
     SUFFIX = ".heap.pb.gz"
 
@@ -40,6 +42,7 @@ module Heapscope
     # Starts the background thread. Returns self.
     def start
       @stopping = false
+      preflight
       @thread = Thread.new { run }
       @thread.name = "heapscope-writer" if @thread.respond_to?(:name=)
       self
@@ -60,29 +63,20 @@ module Heapscope
       nil
     end
 
-    # Writes one profile now. Returns the path, or nil when it failed or the profiler is not running.
+    # Writes one profile now. Returns the path, or nil when it failed (warned about once per error
+    # class) or the profiler is not running.
     def write_now(final: false, gc: false)
-      @write_lock.synchronize do
-        return nil unless @source.running?
+      path, error = attempt(final: final, gc: gc)
+      warn_once(error) if error
+      error ? nil : path
+    end
 
-        stamp = Time.now.utc.strftime("%Y%m%dT%H%M%S.%LZ")
-        name = "#{@app_name}-#{Process.pid}-#{stamp}#{final ? "-final" : ""}#{SUFFIX}"
-        path = File.join(@dir, name)
-        tmp = File.join(@dir, ".#{name}.tmp-#{Process.pid}")
-        begin
-          FileUtils.mkdir_p(@dir)
-          Heapscope.write_atomically(path, @source.profile(gc: gc, type: :heap), tmp: tmp)
-          @counts[:written] += 1
-          rotate
-          path
-        rescue StandardError => e
-          @counts[:failed] += 1
-          warn_once(e)
-          nil
-        end
-      end
-    rescue StandardError
-      nil
+    # Writes the final profile, after a full GC unless gc: false, and reports the outcome instead
+    # of warning, so the caller can say in one line what happened to it (a failure already warned
+    # about by a periodic write would otherwise go unmentioned). Returns [path, nil] when written,
+    # [path, error] when writing path failed, [nil, nil] when the profiler is not running.
+    def write_final(gc: true)
+      attempt(final: true, gc: gc)
     end
 
     # Profile files of this app in dir, oldest first.
@@ -108,6 +102,37 @@ module Heapscope
     end
 
     private
+
+    # An unsafe directory is reported when the writer starts, not one interval later. (Each write
+    # checks again: the directory may be fixed, or made unsafe, while the application runs.)
+    def preflight
+      Heapscope::AtomicWrite.check_directory(@dir) if File.directory?(@dir)
+    rescue StandardError => e
+      warn_once(e)
+    end
+
+    # One write. Returns [path, nil], [path, error] or [nil, nil] (not running); never raises.
+    def attempt(final:, gc:)
+      @write_lock.synchronize do
+        return [nil, nil] unless @source.running?
+
+        stamp = Time.now.utc.strftime("%Y%m%dT%H%M%S.%LZ")
+        path = File.join(@dir, "#{@app_name}-#{Process.pid}-#{stamp}#{final ? "-final" : ""}#{SUFFIX}")
+        begin
+          # 0755 before the umask: a directory heapscope creates is never writable by others.
+          FileUtils.mkdir_p(@dir, mode: 0o755)
+          Heapscope.write_atomically(path, @source.profile(gc: gc, type: :heap))
+          @counts[:written] += 1
+          rotate
+          [path, nil]
+        rescue StandardError => e
+          @counts[:failed] += 1
+          [path, e]
+        end
+      end
+    rescue StandardError => e
+      [nil, e]
+    end
 
     def reset_sync
       @sync = Mutex.new
@@ -146,10 +171,14 @@ module Heapscope
         @counts[:removed] += 1
       rescue Errno::ENOENT
         nil # another process of the app rotated it first
+      rescue SystemCallError
+        nil # not ours to remove (another user's file in a sticky directory): the write still counts
       end
       Dir.glob(".#{@app_name}-*#{SUFFIX}.tmp-*", base: @dir).each do |name|
         tmp = File.join(@dir, name)
-        pid = tmp[/\.tmp-(\d+)\z/, 1].to_i
+        # .NAME.tmp-PID-RANDOM (and .NAME.tmp-PID from older versions). unlink removes a planted
+        # symlink itself, never what it points at.
+        pid = tmp[AtomicWrite::TEMP_PATTERN, 1].to_i
         File.unlink(tmp) if pid.positive? && !alive?(pid)
       rescue SystemCallError
         nil
@@ -165,8 +194,9 @@ module Heapscope
       true
     end
 
+    # The entry's own time: a symlink planted under a profile's name is not followed.
     def mtime(path)
-      File.mtime(path)
+      File.lstat(path).mtime
     rescue Errno::ENOENT
       Time.at(0)
     end

@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
+require "io/wait"
 require "securerandom"
+require "socket"
 require "uri"
 
 module Heapscope
@@ -13,20 +15,79 @@ module Heapscope
   # profile each interval and queues it; a sender posts the queue in order. The queue is bounded
   # (queue_size): when full, the oldest profile is dropped and counted. A failed post (connection
   # refused, timeout, non-2xx) is retried with exponential backoff (min_backoff, 1 s, doubling up to
-  # max_backoff, 60 s),
-  # warning once per kind of failure. stats counts pushed, failed, dropped and queued.
+  # max_backoff, 60 s), warning once per kind of failure. stats counts pushed, failed, dropped and
+  # queued.
+  #
+  # The server is not trusted to be well behaved (issue 11, item 7): each post has deadlines for
+  # the whole of each phase (open_timeout to connect, read_timeout to send the profile and receive
+  # the answer's status line), not per read, so an answer trickled a byte at a time fails on time;
+  # at most MAX_RESPONSE_HEAD bytes of the answer are read and its body never is, so a huge answer
+  # costs no memory; and stop abandons a post in flight, so exit waits on the network for at most
+  # flush_timeout plus about a second. The client is a few lines on Socket (and OpenSSL for https,
+  # verifying the certificate against the system's store) rather than Net::HTTP, whose timeouts
+  # are per read and which reads whole bodies. Like Net::HTTP it honours http_proxy and no_proxy
+  # (never for a loopback server), tunnelling https with CONNECT; proxy: overrides them.
   class Pyroscope
+    # The most bytes of an answer read: enough for its status line and headers.
+    MAX_RESPONSE_HEAD = 16 * 1024
+    # How often a wait on the network checks whether stop was called.
+    WAIT_SLICE = 0.1
+
+    # A post that overran its deadline.
+    class TimeoutError < StandardError; end
+    # An answer that is not HTTP, or too long before its status line.
+    class ResponseError < StandardError; end
+    # Raised inside the sender when stop abandons the post in flight (never escapes).
+    class Aborted < StandardError; end
+
     attr_reader :url, :app_name, :labels
+
+    # Checks a server URL; returns the URI. Raises ArgumentError saying what is wrong (the reason
+    # only: EnvConfig words it as "HEAPSCOPE_PYROSCOPE_URL=... is invalid: REASON").
+    def self.parse_url(url)
+      begin
+        uri = URI.parse(url.to_s)
+      rescue URI::InvalidURIError => e
+        raise ArgumentError, "cannot be parsed as a URL (#{e.message})"
+      end
+      raise ArgumentError, "must be an http:// or https:// URL" unless uri.is_a?(URI::HTTP)
+      raise ArgumentError, "has no host" if uri.hostname.to_s.empty?
+      raise ArgumentError, "must not have a query or a fragment" if uri.query || uri.fragment
+      raise ArgumentError, "port must be from 1 to 65535, got #{uri.port}" unless uri.port.between?(1, 65_535)
+
+      # (URI.parse already rejects user:password@ that is not valid percent-encoding.)
+      uri
+    end
+
+    # Raises ArgumentError unless token can be sent in a header (nil is no token).
+    def self.check_token(token)
+      return if token.nil?
+      raise ArgumentError, "must not contain control characters such as a newline (it is sent in an HTTP header)" if token.match?(/[\x00-\x1f\x7f]/)
+    end
 
     # url:    the server's base URL (http or https; user:password@ is sent as basic auth).
     # labels: series labels {String => String}; token: sent as Authorization: Bearer.
     # source: anything answering running? and profile(gc:, type:) (Heapscope by default).
+    # open_timeout: seconds to connect (and finish TLS); read_timeout: seconds to send a profile
+    # and receive the answer's status line. Both bound the whole phase.
+    # proxy:  :env (http_proxy and no_proxy, as Net::HTTP), nil (none) or an http:// proxy URL.
     def initialize(url:, app_name:, labels: {}, interval: 60, token: nil, source: nil, queue_size: 8,
-                   open_timeout: 5, read_timeout: 10, min_backoff: 1, max_backoff: 60, warn: nil)
-      @uri = URI.parse(url)
-      raise ArgumentError, "url must be http:// or https://, got #{url.inspect}" unless @uri.is_a?(URI::HTTP) && @uri.host
+                   open_timeout: 5, read_timeout: 10, min_backoff: 1, max_backoff: 60, proxy: :env, warn: nil)
+      begin
+        @uri = self.class.parse_url(url)
+      rescue ArgumentError => e
+        raise ArgumentError, "url #{url.inspect} is invalid: #{e.message}"
+      end
+      begin
+        self.class.check_token(token)
+      rescue ArgumentError => e
+        raise ArgumentError, "token is invalid: #{e.message}"
+      end
       raise ArgumentError, "interval must be a number > 0, got #{interval.inspect}" unless interval.is_a?(Numeric) && interval.positive?
       raise ArgumentError, "queue_size must be an Integer >= 1, got #{queue_size.inspect}" unless queue_size.is_a?(Integer) && queue_size >= 1
+      [[:open_timeout, open_timeout], [:read_timeout, read_timeout]].each do |name, value|
+        raise ArgumentError, "#{name} must be a number > 0, got #{value.inspect}" unless value.is_a?(Numeric) && value.positive?
+      end
 
       @url = url
       @app_name = app_name.to_s
@@ -35,6 +96,16 @@ module Heapscope
       @token = token
       @source = source || (require "heapscope"; Heapscope)
       @queue_size = queue_size
+      @proxy =
+        case proxy
+        when :env, nil then proxy
+        else
+          begin
+            self.class.parse_url(proxy).tap { |u| raise ArgumentError, "must be http://" unless u.scheme == "http" }
+          rescue ArgumentError => e
+            raise ArgumentError, "proxy #{proxy.inspect} is invalid: #{e.message}"
+          end
+        end
       @open_timeout = open_timeout
       @read_timeout = read_timeout
       @min_backoff = min_backoff
@@ -43,7 +114,6 @@ module Heapscope
       @warned = {}
       @counts = Hash.new(0)
       @last_until = Time.now.to_i
-      require "net/http"
       reset_sync
     end
 
@@ -62,15 +132,21 @@ module Heapscope
     end
 
     # Stops both threads, first giving the sender up to flush_timeout seconds to empty the queue.
+    # A post still in flight then is abandoned: it notices within WAIT_SLICE, and a sender stuck
+    # elsewhere (a name lookup, a connect) is killed after half a second, so stop returns within
+    # about flush_timeout + 1 s whatever the server does.
     def stop(flush_timeout: 0)
       deadline = clock + flush_timeout
-      sleep 0.05 while clock < deadline && @sync.synchronize { !@queue.empty? }
+      sleep 0.05 while clock < deadline && @sender&.alive? && @sync.synchronize { !@queue.empty? }
       @sync.synchronize do
         @stopping = true
         @wake.broadcast
       end
       @collector&.join(5)
-      @sender&.join(@open_timeout + @read_timeout + 1)
+      if @sender && !@sender.join(0.5)
+        @sender.kill
+        @sender.join(0.5)
+      end
       nil
     end
 
@@ -165,7 +241,10 @@ module Heapscope
         end
         break if item.nil?
 
-        if post(item)
+        result = post(item)
+        break if result.nil? # abandoned by stop
+
+        if result
           backoff = 0
           @sync.synchronize do
             # It may have been dropped from the full queue meanwhile: remove this very item only.
@@ -195,27 +274,184 @@ module Heapscope
       end
     end
 
+    # Posts one queued profile. Returns true on a 2xx answer, nil when stop abandoned it, false
+    # (warned once per kind of failure) otherwise.
     def post(item)
       content_type, body = self.class.multipart("profile" => ["profile.pprof", item[:data]])
-      request = Net::HTTP::Post.new(ingest_target(item[:from], item[:until]))
-      request["Content-Type"] = content_type
-      request["User-Agent"] = "heapscope/#{Heapscope::VERSION}" if defined?(Heapscope::VERSION)
-      request["Authorization"] = "Bearer #{@token}" if @token
-      request.basic_auth(URI.decode_www_form_component(@uri.user), URI.decode_www_form_component(@uri.password.to_s)) if @uri.user
-      request.body = body
-      http = Net::HTTP.new(@uri.host, @uri.port)
-      http.use_ssl = @uri.scheme == "https"
-      http.open_timeout = @open_timeout
-      http.read_timeout = @read_timeout
-      http.write_timeout = @read_timeout if http.respond_to?(:write_timeout=)
-      response = http.start { |h| h.request(request) }
-      return true if response.code.to_i.between?(200, 299)
+      proxy = proxy_uri
+      target = ingest_target(item[:from], item[:until])
+      # Through a proxy, plain http names the whole URL; https goes through a CONNECT tunnel.
+      target = "http://#{@uri.host}:#{@uri.port}#{target}" if proxy && @uri.scheme == "http"
+      head = request_head(target, content_type, body.bytesize, proxy)
+      io = connect(proxy, clock + @open_timeout)
+      deadline = clock + @read_timeout
+      write_all(io, head, deadline)
+      write_all(io, body, deadline)
+      code = read_status(io, deadline)
+      return true if code.between?(200, 299)
 
-      note_failure(RuntimeError.new("HTTP #{response.code} from #{@uri.host}:#{@uri.port}"), "HTTP #{response.code}")
+      note_failure(RuntimeError.new("HTTP #{code} from #{@uri.host}:#{@uri.port}"), "HTTP #{code}")
       false
-    rescue StandardError, Timeout::Error => e
+    rescue Aborted
+      nil
+    rescue StandardError => e
       note_failure(e)
       false
+    ensure
+      begin
+        io&.close
+      rescue StandardError
+        nil
+      end
+    end
+
+    # The proxy to go through, or nil: the proxy: option, or with :env (the default) http_proxy
+    # and no_proxy as Net::HTTP reads them (never for a loopback server).
+    def proxy_uri
+      return @proxy unless @proxy == :env
+
+      URI::HTTP.new("http", nil, @uri.host, @uri.port, nil, nil, nil, nil, nil).find_proxy
+    rescue URI::Error, SocketError
+      nil
+    end
+
+    def request_head(target, content_type, length, proxy)
+      lines = ["POST #{target} HTTP/1.1", "Host: #{@uri.host}:#{@uri.port}", "Content-Type: #{content_type}",
+               "Content-Length: #{length}", "Connection: close"]
+      lines << "User-Agent: heapscope/#{Heapscope::VERSION}" if defined?(Heapscope::VERSION)
+      # user:password@ in the URL wins over the token (as with Net::HTTP's basic_auth before).
+      if @uri.user
+        lines << "Authorization: Basic #{basic_credentials(@uri)}"
+      elsif @token
+        lines << "Authorization: Bearer #{@token}"
+      end
+      lines << "Proxy-Authorization: Basic #{basic_credentials(proxy)}" if proxy&.user && @uri.scheme == "http"
+      "#{lines.join("\r\n")}\r\n\r\n".b
+    end
+
+    def basic_credentials(uri)
+      ["#{URI.decode_www_form_component(uri.user)}:#{URI.decode_www_form_component(uri.password.to_s)}"].pack("m0")
+    end
+
+    # A connected socket (TLS for https, verifying the server's certificate and name).
+    def connect(proxy, deadline)
+      left = deadline - clock
+      host, port = proxy ? [proxy.hostname, proxy.port] : [@uri.hostname, @uri.port]
+      sock = Socket.tcp(host, port, connect_timeout: left, resolv_timeout: left)
+      return sock unless @uri.scheme == "https"
+
+      tunnel(sock, proxy, deadline) if proxy
+      require "openssl"
+      context = OpenSSL::SSL::SSLContext.new
+      context.set_params(verify_mode: OpenSSL::SSL::VERIFY_PEER)
+      ssl = OpenSSL::SSL::SSLSocket.new(sock, context)
+      ssl.sync_close = true
+      ssl.hostname = @uri.hostname unless @uri.hostname.match?(/\A[\d.]+\z|:/) # SNI takes names only
+      loop do
+        case ssl.connect_nonblock(exception: false)
+        when :wait_readable then wait_for(sock, :read, deadline, "connect")
+        when :wait_writable then wait_for(sock, :write, deadline, "connect")
+        else break
+        end
+      end
+      ssl.post_connection_check(@uri.hostname)
+      ssl
+    rescue StandardError
+      (ssl || sock)&.close
+      raise
+    end
+
+    # Asks the proxy for a tunnel to the server; its whole answer head is read (bounded), so TLS
+    # starts right after it.
+    def tunnel(sock, proxy, deadline)
+      authority = "#{@uri.host}:#{@uri.port}"
+      lines = ["CONNECT #{authority} HTTP/1.1", "Host: #{authority}"]
+      lines << "Proxy-Authorization: Basic #{basic_credentials(proxy)}" if proxy.user
+      write_all(sock, "#{lines.join("\r\n")}\r\n\r\n".b, deadline)
+      head = +"".b
+      until head.include?("\r\n\r\n")
+        raise ResponseError, "the proxy's answer to CONNECT is over #{MAX_RESPONSE_HEAD} bytes" if head.bytesize >= MAX_RESPONSE_HEAD
+
+        chunk = sock.read_nonblock(1, exception: false) # byte by byte: not one byte of TLS is taken
+        case chunk
+        when :wait_readable then wait_for(sock, :read, deadline, "connect")
+        when nil then raise ResponseError, "the proxy closed the connection instead of answering CONNECT"
+        else head << chunk
+        end
+      end
+      code = parse_status(head)
+      raise ResponseError, "the proxy #{proxy.host}:#{proxy.port} answered CONNECT with HTTP #{code}" unless code&.between?(200, 299)
+    end
+
+    def write_all(io, data, deadline)
+      offset = 0
+      while offset < data.bytesize
+        written = io.write_nonblock(data.byteslice(offset, 65_536), exception: false)
+        case written
+        when :wait_writable then wait_for(io, :write, deadline, "send")
+        when :wait_readable then wait_for(io, :read, deadline, "send")
+        else offset += written
+        end
+      end
+    end
+
+    # Reads the answer up to its status line (skipping interim 1xx answers) and returns the status
+    # code. Reads at most MAX_RESPONSE_HEAD bytes; the body is never read.
+    def read_status(io, deadline)
+      buffer = +"".b
+      total = 0
+      loop do
+        code = parse_status(buffer)
+        return code if code
+        raise ResponseError, "no status line in the first #{MAX_RESPONSE_HEAD} bytes of the answer" if total >= MAX_RESPONSE_HEAD
+
+        chunk = io.read_nonblock(MAX_RESPONSE_HEAD - total, exception: false)
+        case chunk
+        when :wait_readable then wait_for(io, :read, deadline, "answer")
+        when :wait_writable then wait_for(io, :write, deadline, "answer")
+        when nil then raise ResponseError, "the server closed the connection before answering"
+        else
+          total += chunk.bytesize
+          buffer << chunk
+        end
+      end
+    end
+
+    # The final status code in buffer, or nil while its status line is incomplete.
+    def parse_status(buffer)
+      loop do
+        line_end = buffer.index("\n")
+        return nil unless line_end
+
+        line = buffer.byteslice(0, line_end).chomp("\r")
+        match = line.match(%r{\AHTTP/\d\.\d (\d{3})(?: |\z)})
+        raise ResponseError, "the answer is not HTTP: #{line.byteslice(0, 60).inspect}" unless match
+
+        code = match[1].to_i
+        return code unless code.between?(100, 199)
+
+        # An interim answer (100 Continue, 103 Early Hints): drop its head, read on.
+        head_end = buffer.index("\r\n\r\n")
+        return nil unless head_end
+
+        buffer.slice!(0, head_end + 4)
+      end
+    end
+
+    # Waits until io is ready, in slices so that stop is noticed; raises at the deadline.
+    def wait_for(io, mode, deadline, phase)
+      raw = io.to_io
+      loop do
+        raise Aborted if @stopping
+
+        left = deadline - clock
+        if left <= 0
+          limit = phase == "connect" ? "#{@open_timeout} s to connect" : "#{@read_timeout} s to send the profile and get the answer"
+          raise TimeoutError, "timed out during #{phase} (the limit is #{limit})"
+        end
+        slice = [left, WAIT_SLICE].min
+        return if mode == :read ? raw.wait_readable(slice) : raw.wait_writable(slice)
+      end
     end
 
     def note_failure(error, kind = error.class)
