@@ -3,7 +3,8 @@
 require_relative "test_http_helper"
 
 # Acceptance: real processes under RUBYOPT=-rheapscope/auto, read by `go tool pprof` over HTTP.
-#   - the standalone listener (HEAPSCOPE_HTTP) of examples/surfaces/leaky_service.rb,
+#   - the standalone listener (HEAPSCOPE_HTTP) of examples/surfaces/leaky_service.rb (and its ?gc=1
+#     rate limit),
 #   - Heapscope::Rack as middleware in examples/surfaces/config.ru under rackup + puma.
 class TestHttpAcceptance < Minitest::Test
   include SurfacesTestHelper
@@ -96,6 +97,23 @@ class TestHttpAcceptance < Minitest::Test
     sleep 0.5
     assert_equal 429, http_get(port, "/debug/pprof/allocs?seconds=1").first
     assert_equal 200, slow.value.first
+  end
+
+  # ?gc=1 forces at most one full GC per 10 s in the process; the next ones are served without one.
+  def test_gc_is_rate_limited_in_a_real_process
+    port = start_service
+    notes = Array.new(3) do
+      status, headers, body = http_get(port, "/debug/pprof/heap?gc=1")
+      assert_equal 200, status
+      refute_empty body
+      headers["x-heapscope-gc"]
+    end
+    assert_equal "forced", notes[0]
+    assert_match(/\Askipped; retry-after=(9|10)\z/, notes[1])
+    status, headers, body = http_get(port, "/debug/pprof/heap?gc=1&debug=1")
+    assert_equal 200, status
+    assert_match(/\Askipped; /, headers["x-heapscope-gc"])
+    assert_match(/^# gc=1 skipped: at most one forced GC per 10s in this process/, body)
   end
 
   def test_rack_middleware_under_rackup_and_puma

@@ -10,7 +10,8 @@ class TestHttpRack < Minitest::Test
 
   def setup
     @source = FakeSource.new
-    @app = Heapscope::Rack.new(source: @source)
+    # A limiter of its own: ?gc=1 in one test must not be rate-limited by another's.
+    @app = Heapscope::Rack.new(source: @source, gc_limiter: Heapscope::Rack::GcLimiter.new)
   end
 
   def get(path, query = "", app: @app, method: "GET", script_name: "")
@@ -101,6 +102,7 @@ class TestHttpRack < Minitest::Test
     [["/debug/pprof/", ""], ["/debug/pprof", ""]].each do |path, _|
       status, headers, body = get(path)
       assert_equal 200, status
+      assert_equal "no-store", headers["cache-control"]
       assert_match %r{text/html}, headers["content-type"]
       assert_includes body.join, "/debug/pprof/heap?debug=1"
       assert_includes body.join, "/debug/pprof/allocs?debug=1"
@@ -174,6 +176,8 @@ class TestHttpRack < Minitest::Test
     # As an app mounted with map("/admin/prof"): only PATH_INFO is its own.
     status, = get("/heap", script_name: "/admin/prof")
     assert_equal 200, status
+    # At the root, only /debug/pprof is heapscope's.
+    assert_equal 404, get("/heap").first
     # As an app under map("/debug/pprof").
     status, = get("/allocs", script_name: "/debug/pprof")
     assert_equal 200, status
@@ -203,7 +207,7 @@ class TestHttpRack < Minitest::Test
     request = ::Rack::MockRequest.new(app)
     {
       "/debug/pprof/heap" => 200, "/debug/pprof/allocs?debug=1" => 200, "/debug/pprof/" => 200,
-      "/debug/pprof/heap?gc=7" => 400, "/debug/pprof/nope" => 404, "/other" => 200,
+      "/debug/pprof/heap?gc=7" => 400, "/debug/pprof/nope" => 404, "/other" => 200, "/debug/pprof/heap?gc=1" => 200,
     }.each do |path, status|
       assert_equal status, request.get(path, lint: true).status, path
     end

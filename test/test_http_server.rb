@@ -4,7 +4,7 @@ require_relative "test_http_helper"
 require "heapscope/http_server"
 
 # The standalone listener on loopback with a fake source: serving, auth, and each defence against
-# slow or hostile clients.
+# slow or hostile clients (test_hardening_http_*.rb hold issue 11's attacks on it).
 class TestHttpServer < Minitest::Test
   include SurfacesTestHelper
 
@@ -20,7 +20,8 @@ class TestHttpServer < Minitest::Test
   end
 
   def serve(**options)
-    app = Heapscope::Rack.new(source: @source)
+    # A limiter of its own: ?gc=1 in one test must not be rate-limited by another's.
+    app = Heapscope::Rack.new(source: @source, gc_limiter: Heapscope::Rack::GcLimiter.new)
     server = Heapscope::HttpServer.new(host: "127.0.0.1", port: 0, app: app, **options).start
     @servers << server
     server
@@ -108,24 +109,103 @@ class TestHttpServer < Minitest::Test
     assert_empty @source.calls
   end
 
-  def test_connection_cap
-    server = serve(max_connections: 2, read_timeout: 3)
-    idle = Array.new(2) { TCPSocket.new("127.0.0.1", server.port) }
-    sleep 0.2 # let the server admit both
-    status, headers, body = http_get(server.port, "/debug/pprof/heap")
+  # At the cap a new connection evicts the oldest one without an admitted request (503 to it); the
+  # others stay open.
+  def test_at_the_connection_cap_the_oldest_idle_connection_is_evicted
+    server = serve(max_connections: 3, read_timeout: 5)
+    oldest, *younger = Array.new(3) do
+      sock = TCPSocket.new("127.0.0.1", server.port)
+      sleep 0.1 # accepted in this order
+      sock
+    end
+    status, = http_get(server.port, "/debug/pprof/heap")
+    assert_equal 200, status
+    status, headers, body = parse_response(Timeout.timeout(5) { oldest.read })
     assert_equal 503, status
     assert_equal "1", headers["retry-after"]
-    assert_match(/too many connections/, body)
-    idle.each(&:close)
-    wait_for("a free slot") { http_get(server.port, "/debug/pprof/heap").first == 200 }
+    assert_equal "closed: the listener is at its limit of 3 open connections\n", body
+    assert_nil IO.select(younger, nil, nil, 0.2), "the younger idle connections are still open"
+  ensure
+    [oldest, *younger].each { |sock| sock&.close }
+  end
+
+  # A connection whose request the app is answering is not evicted, even when it is the oldest.
+  def test_admitted_requests_are_never_evicted
+    gate = Queue.new
+    blocking = FakeSource.new
+    blocking.define_singleton_method(:profile) do |gc: false, type: :heap|
+      gate.pop if type == :allocs
+      super(gc: gc, type: type)
+    end
+    server = Heapscope::HttpServer.new(host: "127.0.0.1", port: 0, app: Heapscope::Rack.new(source: blocking),
+                                       max_connections: 2).start
+    @servers << server
+    held = Thread.new { http_get(server.port, "/debug/pprof/allocs") }
+    wait_for("the first request to reach the app") { gate.num_waiting == 1 }
+    idle = TCPSocket.new("127.0.0.1", server.port)
+    sleep 0.1
+    assert_equal 200, http_get(server.port, "/debug/pprof/heap").first
+    assert_equal 503, parse_response(Timeout.timeout(5) { idle.read }).first, "the idle one went"
+    gate << :go
+    assert_equal 200, held.value.first
+  ensure
+    idle&.close
+  end
+
+  def test_the_default_connection_cap_is_well_under_the_descriptor_limit
+    soft = Process.getrlimit(:NOFILE).first
+    cap = Heapscope::HttpServer.default_max_connections
+    assert_operator cap, :<=, [soft / 4, 16].max
+    assert_operator cap, :<=, 1024
+    assert_equal cap, Heapscope::HttpServer.new(app: Object.new).max_connections
   end
 
   def test_burst_of_clients_gets_200_or_503_and_the_server_survives
-    server = serve(max_connections: 4)
+    server = serve(max_connections: 4, max_requests: 2)
     statuses = Array.new(40) { Thread.new { http_get(server.port, "/debug/pprof/heap").first } }.map(&:value)
     assert_includes statuses, 200
     assert statuses.all? { |code| [200, 503].include?(code) }, statuses.tally.inspect
     assert_equal 200, http_get(server.port, "/debug/pprof/heap").first
+  end
+
+  def test_an_app_that_raises_gets_500_and_the_listener_serves_on
+    app = ->(_env) { raise ArgumentError, "broken app" }
+    server = Heapscope::HttpServer.new(host: "127.0.0.1", port: 0, app: app).start
+    @servers << server
+    status, headers, body = http_get(server.port, "/debug/pprof/heap")
+    assert_equal 500, status
+    assert_equal "heapscope: ArgumentError: broken app\n", body
+    assert_equal "no-store", headers["cache-control"]
+    assert server.running?
+  end
+
+  # An unexpected error inside the event loop (a bug) neither ends the listener nor loses the
+  # connection it happened on.
+  module FailOnce
+    class << self
+      attr_accessor :armed
+    end
+
+    def read_request
+      if FailOnce.armed
+        FailOnce.armed = false
+        raise "a bug in the loop"
+      end
+      super
+    end
+  end
+  Heapscope::Http::Connection.prepend(FailOnce)
+
+  def test_an_error_in_the_event_loop_does_not_end_the_listener
+    server = serve
+    FailOnce.armed = true
+    victim = raw_request(server.port, "GET /debug/pprof/heap HTTP/1.1\r\n\r\n")
+    assert_equal 200, victim.first, "the connection it hit is read again on the next turn"
+    refute FailOnce.armed
+    assert_equal 200, http_get(server.port, "/debug/pprof/heap").first
+    assert server.running?
+  ensure
+    FailOnce.armed = false
   end
 
   def test_ipv6_loopback

@@ -1,50 +1,69 @@
 # frozen_string_literal: true
 
 require "socket"
-require "io/wait"
 require "heapscope/rack"
+require "heapscope/http/connection"
+require "heapscope/http/worker_pool"
 
 module Heapscope
   # HttpServer is the standalone /debug/pprof/ listener for processes without a Rack server
-  # (Sidekiq, scripts): one background accept thread and one short-lived thread per connection,
-  # stdlib sockets only. It serves through Heapscope::Rack, so both surfaces answer alike.
+  # (Sidekiq, scripts), stdlib sockets only. It serves through Heapscope::Rack, so both surfaces
+  # answer alike.
   #
   #   server = Heapscope::HttpServer.new(host: "127.0.0.1", port: 6060).start
   #   server.url  # => "http://127.0.0.1:6060/debug/pprof/"
   #
-  # Defences against slow or hostile clients, each answered with its own status before closing:
-  #   - at most max_connections at once (503 beyond; the excess is closed at once),
+  # One thread runs an IO.select event loop over the listening socket and every client socket:
+  # accepting, reading request heads, checking the token, writing answers and closing all happen
+  # there without ever blocking on a client, so idle, trickling or garbage connections cost a slot
+  # each and delay nobody. Only admitted requests reach the app, on a small pool of long-lived
+  # worker threads (Http::WorkerPool; the loop serves a request itself when no thread can be
+  # started). Defences, each answered with its own status before closing:
+  #   - at most max_connections open client sockets (default 1024, or a quarter of the open-file
+  #     limit if lower); at the limit a new connection evicts the oldest one that has no admitted
+  #     request (idle, still sending, or being answered with an error): 503 to it,
   #   - the request line and headers must arrive within read_timeout seconds (408),
   #   - request line <= 8 KiB (414), headers <= 16 KiB and 100 lines (431), no body (413),
-  #   - a response that the client does not read within write_timeout seconds is abandoned,
+  #     bytes that cannot start a request line get 400 at once,
+  #   - at most max_requests admitted requests at once, being computed or written (503 beyond),
+  #   - an answer that the client does not read within write_timeout seconds is abandoned,
   #   - one request per connection (connection: close), so no idle keep-alive sockets.
   # A non-loopback host needs a token; with a token every request must carry
-  # "Authorization: Bearer TOKEN" (401 otherwise).
+  # "Authorization: Bearer TOKEN" (401 otherwise; the scheme is case-insensitive).
   class HttpServer
-    MAX_REQUEST_LINE = 8192
-    MAX_HEADER_BYTES = 16_384
-    MAX_HEADER_LINES = 100
-    REASONS = {
-      200 => "OK", 400 => "Bad Request", 401 => "Unauthorized", 404 => "Not Found",
-      405 => "Method Not Allowed", 408 => "Request Timeout", 413 => "Content Too Large",
-      414 => "URI Too Long", 429 => "Too Many Requests", 431 => "Request Header Fields Too Large",
-      500 => "Internal Server Error", 503 => "Service Unavailable",
-    }.freeze
+    MAX_REQUEST_LINE = Http::Connection::MAX_REQUEST_LINE
+    MAX_HEADER_BYTES = Http::Connection::MAX_HEADER_BYTES
+    MAX_HEADER_LINES = Http::Connection::MAX_HEADER_LINES
+    REASONS = Http::Response::REASONS
+    RequestError = Http::RequestError
 
-    # Raised when the request cannot be read; status is what the client is told.
-    class RequestError < StandardError
-      attr_reader :status
+    # New connections accepted per loop turn, so a flood cannot starve the sockets already open.
+    ACCEPT_BATCH = 64
+    # The listener's own short replies (4xx, 503) get this long to be written.
+    REPLY_TIMEOUT = 5
+    # How long a closing connection drains what the client still sends (see Connection#drain).
+    LINGER_SECONDS = 1
+    # An app that has not answered after this long loses its connection (a delta waits up to 300 s).
+    APP_TIMEOUT = Heapscope::Rack::MAX_SECONDS + 300
+    # Connections over max_connections that may exist at once to be refused with a full 503.
+    REFUSALS = 16
+    # Deadlines are checked at most this often: a scan of every connection per expiry would be
+    # quadratic under a flood.
+    SWEEP_EVERY = 0.05
 
-      def initialize(status, message)
-        super(message)
-        @status = status
-      end
+    # The default cap on open client sockets: 1024, or a quarter of the soft open-file limit when that
+    # is lower, so the listener alone can never exhaust the application's descriptors.
+    def self.default_max_connections
+      soft = Process.getrlimit(:NOFILE).first
+      (soft / 4).clamp(16, 1024)
+    rescue StandardError
+      256
     end
 
-    attr_reader :host, :token
+    attr_reader :host, :token, :max_connections
 
-    def initialize(host: "127.0.0.1", port: 6060, token: nil, app: nil, max_connections: 8,
-                   read_timeout: 10, write_timeout: 30, fork_mode: :offset)
+    def initialize(host: "127.0.0.1", port: 6060, token: nil, app: nil, max_connections: nil, max_requests: 8,
+                   workers: 2, read_timeout: 5, write_timeout: 30, fork_mode: :offset)
       require "heapscope/env_config"
       if token.nil? && !EnvConfig::HttpAddress.loopback?(host)
         raise ArgumentError, "refusing to serve profiles on non-loopback address #{host} without a token " \
@@ -58,23 +77,34 @@ module Heapscope
       @base_port = port
       @token = token
       @app = app || Heapscope::Rack.new
-      @max_connections = max_connections
+      @max_connections = max_connections || self.class.default_max_connections
+      @max_requests = max_requests
+      @workers = workers
       @read_timeout = read_timeout
       @write_timeout = write_timeout
       @fork_mode = fork_mode
       @server = nil
       @thread = nil
-      @lock = Mutex.new
-      @active = 0
+      @conns = nil
     end
 
-    # Binds and starts the accept thread. Raises SystemCallError (e.g. Errno::EADDRINUSE) if the
-    # address cannot be bound. Returns self.
+    # Binds and starts the loop thread. Raises SystemCallError (e.g. Errno::EADDRINUSE) if the
+    # address cannot be bound, or Errno::EAGAIN if no thread can be started. Returns self.
     def start
       @server ||= TCPServer.new(@host, @base_port)
       @port = @server.addr[1]
-      @thread = Thread.new(@server) { |server| accept_loop(server) }
-      @thread.name = "heapscope-http" if @thread.respond_to?(:name=)
+      reset_state
+      begin
+        @thread = Thread.new { run }
+      rescue ThreadError => e
+        # At the thread limit: fail like a bind failure, which callers already handle (autostart says
+        # "cannot listen: ...; the listener is off" and the application runs on).
+        close_own_ios
+        @server.close
+        @server = nil
+        raise Errno::EAGAIN, "cannot start the listener thread (#{e.message})"
+      end
+      @thread.name = "heapscope-http"
       self
     end
 
@@ -92,24 +122,31 @@ module Heapscope
       "http://#{shown}:#{port}#{Heapscope::Rack::PREFIX}/"
     end
 
-    # Closes the listening socket; the accept thread ends. Connections in flight finish.
+    # Closes the listening socket and every connection (answers in flight are cut off); workers end
+    # after their current job.
     def stop
+      @stopping = true
+      wake
+      @thread&.join(2)
+      @thread = nil
+      close_own_ios
       server = @server
       @server = nil
       server&.close
-      @thread&.join(2)
-      @thread = nil
       nil
     rescue IOError
       nil
     end
 
-    # Called in a forked child (whose threads are gone). :offset binds the first free port above
-    # the parent's, :same accepts on the inherited socket too (the kernel spreads connections),
-    # :off closes the child's copy. Returns self, or nil when the child serves nothing.
+    # Called in a forked child (whose threads are gone). :offset binds the first free port above the
+    # parent's, :same accepts on the inherited socket too (the kernel spreads connections), :off
+    # closes the child's copy. Returns self, or nil when the child serves nothing.
     def after_fork
-      @lock = Mutex.new
-      @active = 0
+      # The child's copies of the parent's client sockets would keep those connections open after
+      # the parent closes them.
+      @conns&.each_key { |sock| sock.close rescue nil } # rubocop:disable Style/RescueModifier
+      @conns = nil
+      close_own_ios
       @thread = nil
       case @fork_mode
       when :same
@@ -142,182 +179,300 @@ module Heapscope
       raise last_error || Errno::EADDRINUSE.new("no free port after #{base}")
     end
 
-    def accept_loop(server)
-      loop do
-        sock = server.accept
-        if admit
-          Thread.new(sock) { |s| serve(s) }
-        else
-          refuse(sock)
+    def reset_state
+      close_own_ios
+      @conns = {}.compare_by_identity # insertion order is accept order: the oldest come first
+      @in_flight = 0
+      @stopping = false
+      @wake_r, @wake_w = IO.pipe # workers write a byte here to wake the loop when an answer is ready
+      @done = Thread::Queue.new
+      @pool = Http::WorkerPool.new(size: @workers)
+      @next_sweep = clock + 1
+      @accept_after = nil
+      @watch = nil
+    end
+
+    def close_own_ios
+      [@wake_r, @wake_w].each { |io| io.close if io && !io.closed? }
+      @wake_r = @wake_w = nil
+      @pool&.shutdown
+    end
+
+    def run
+      Thread.current.report_on_exception = false
+      until @stopping
+        begin
+          step
+        rescue IOError, Errno::EBADF
+          break if @stopping || @server.nil? || @server.closed?
+
+          recover
+        rescue StandardError
+          recover # a bug must not end the listener
         end
-      rescue IOError, Errno::EBADF
-        break # closed by stop
-      rescue SystemCallError
-        sleep 0.05 # e.g. EMFILE: back off instead of spinning
       end
+    ensure
+      @conns.each_value(&:close)
+      @conns.clear
+      @pool.shutdown
     end
 
-    def admit
-      @lock.synchronize do
-        return false if @active >= @max_connections
-
-        @active += 1
-        true
-      end
-    end
-
-    # Answers 503 from the accept thread itself, so refusing costs no thread; the short linger
-    # keeps the client's unread request from turning the answer into a connection reset.
-    def refuse(sock)
-      respond(sock, 503, { "content-type" => "text/plain", "retry-after" => "1" }, ["too many connections\n"], 1)
+    # After an unexpected error: forget connections whose sockets got closed on the way, rebuild what
+    # IO.select watches, and pause a moment so that an error that persists cannot spin.
+    def recover
+      @conns.each_value.select { |conn| conn.sock.closed? }.each { |conn| close(conn) }
+      changed!
+      sleep 0.01
     rescue StandardError
       nil
-    ensure
-      linger_close(sock, 0.1)
     end
 
-    # Half-closes, reads what the client still sends (up to 64 KiB, until deadline), then closes:
-    # closing a socket with unread input makes the kernel send a reset, which can destroy the
-    # response before the client reads it.
-    def linger_close(sock, seconds)
-      sock.shutdown(Socket::SHUT_WR)
-      deadline = clock + seconds
-      drained = 0
-      while drained < 65_536
-        chunk = sock.read_nonblock(4096, exception: false)
-        break if chunk.nil?
+    def step
+      now = clock
+      if @accept_after && now >= @accept_after
+        @accept_after = nil
+        changed!
+      end
+      readers, writers = (@watch ||= watch_lists)
+      timeout = (@next_sweep - now).clamp(0, 1.0)
+      timeout = [timeout, @accept_after - now].min if @accept_after
+      ready = IO.select(readers, writers, nil, [timeout, 0].max)
+      if ready
+        # Sockets already open first: a complete request is admitted (and so protected from
+        # eviction) before the new connections of this turn are accepted.
+        ready[0].each do |io|
+          next if io.equal?(@server)
 
-        if chunk == :wait_readable
-          left = deadline - clock
-          break if left <= 0 || !sock.wait_readable(left)
-        else
-          drained += chunk.bytesize
+          if io.equal?(@wake_r)
+            @wake_r.read_nonblock(4096, exception: false)
+          elsif (conn = @conns[io])
+            on_readable(conn)
+          end
+        end
+        ready[1].each { |io| (conn = @conns[io]) && on_writable(conn) }
+        accept_some if ready[0].include?(@server)
+      end
+      finish_answers
+      sweep if clock >= @next_sweep
+    end
+
+    # What IO.select watches, rebuilt only when a connection changes state or comes or goes: most
+    # wake-ups (a trickled byte) change nothing, and rebuilding costs a pass over every connection.
+    def watch_lists
+      readers = [@wake_r]
+      readers << @server unless @accept_after
+      writers = []
+      @conns.each_value do |conn|
+        case conn.state
+        when :reading, :lingering then readers << conn.sock
+        when :writing then writers << conn.sock
         end
       end
-    rescue StandardError
+      [readers, writers]
+    end
+
+    def changed!
+      @watch = nil
+    end
+
+    def accept_some
+      ACCEPT_BATCH.times do
+        sock = @server.accept_nonblock(exception: false)
+        break if sock == :wait_readable
+
+        admit(sock)
+      end
+    rescue Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM
+      # Out of descriptors: give one of ours back and pause accepting a moment, instead of spinning
+      # on a listening socket that stays readable.
+      evict_oldest
+      @accept_after = clock + 0.1
+      changed!
+    rescue Errno::ECONNABORTED, Errno::EPROTO, Errno::EINTR
+      nil
+    end
+
+    def admit(sock)
+      conn = Http::Connection.new(sock, nil)
+      if @conns.size >= @max_connections && !evict_oldest
+        # Every connection carries an admitted request. A few refusals at a time get a full reply
+        # (written and lingered like any other); beyond those, one write and close.
+        return goodbye(sock, 503, "too many connections", { "retry-after" => "1" }) if @conns.size >= @max_connections + REFUSALS
+
+        @conns[sock] = conn
+        changed!
+        return reply(conn, 503, "too many connections", { "retry-after" => "1" })
+      end
+      set_deadline(conn, clock + @read_timeout)
+      @conns[sock] = conn
+      changed!
+    end
+
+    # Closes the oldest connection without an admitted request (idle, still sending its head, or
+    # getting an error reply). Returns false when every connection carries an admitted request.
+    def evict_oldest
+      victim = @conns.each_value.find { |conn| !conn.in_flight }
+      return false unless victim
+
+      @conns.delete(victim.sock)
+      changed!
+      goodbye(victim.sock, 503, "closed: the listener is at its limit of #{@max_connections} open connections",
+              { "retry-after" => "1" })
+      true
+    end
+
+    # A best-effort reply that costs the loop one non-blocking write, then close.
+    def goodbye(sock, status, message, extra = {})
+      sock.read_nonblock(65_536, exception: false) # what was sent already: unread input makes close reset
+      sock.write_nonblock(Http::Response.text(status, message, extra), exception: false)
+    rescue IOError, SystemCallError
       nil
     ensure
       sock.close unless sock.closed?
     end
 
-    def serve(sock)
-      Thread.current.report_on_exception = false
-      begin
-        method, target, headers = read_request(sock)
-        if @token && !authorized?(headers["authorization"])
-          return respond(sock, 401, { "content-type" => "text/plain", "www-authenticate" => "Bearer realm=\"heapscope\"" },
-                         ["missing or wrong Authorization: Bearer token\n"])
+    def on_readable(conn)
+      if conn.state == :lingering
+        close(conn) if conn.drain
+        return
+      end
+      request = conn.read_request
+      if request == :eof
+        close(conn)
+      elsif request
+        handle(conn, request)
+      end
+    rescue Http::RequestError => e
+      reply(conn, e.status, e.message)
+    rescue IOError, SystemCallError
+      close(conn)
+    end
+
+    def handle(conn, request)
+      head = request.method == "HEAD"
+      if @token && !authorized?(request.headers["authorization"])
+        return reply(conn, 401, "missing or wrong Authorization: Bearer token",
+                     { "www-authenticate" => "Bearer realm=\"heapscope\"" }, head: head)
+      end
+      if @in_flight >= @max_requests
+        return reply(conn, 503, "too many requests at once (at most #{@max_requests}); retry", { "retry-after" => "1" }, head: head)
+      end
+
+      @in_flight += 1
+      conn.in_flight = true
+      conn.dispatch!
+      changed!
+      set_deadline(conn, clock + APP_TIMEOUT)
+      path, query = request.target.split("?", 2)
+      env = {
+        "REQUEST_METHOD" => request.method, "SCRIPT_NAME" => "", "PATH_INFO" => path, "QUERY_STRING" => query.to_s,
+        "SERVER_NAME" => @host, "SERVER_PORT" => port.to_s, "rack.url_scheme" => "http",
+      }
+      done = @done
+      job = lambda do
+        done << [conn, render(env, head)]
+        wake
+      end
+      return if @pool.submit(job)
+
+      # No worker thread and none can be started: answer from the loop itself. Heapscope::Rack then
+      # refuses what would hold the loop (a seconds= delta) with 503.
+      env["heapscope.inline"] = true
+      job.call
+    end
+
+    def render(env, head)
+      status, headers, body = @app.call(env)
+      Http::Response.build(status, headers, body, head: head)
+    rescue StandardError => e
+      Http::Response.text(500, "heapscope: #{e.class}: #{e.message}")
+    end
+
+    # Answers computed by workers, handed over through @done.
+    def finish_answers
+      until @done.empty?
+        conn, bytes = @done.pop
+        next unless @conns[conn.sock].equal?(conn) # closed meanwhile (stop, timeout)
+
+        conn.start_write(bytes)
+        changed!
+        set_deadline(conn, clock + @write_timeout)
+        on_writable(conn) # most answers fit in the socket buffer at once
+      end
+    end
+
+    # The listener's own reply; the connection stays evictable.
+    def reply(conn, status, message, extra = {}, head: false)
+      conn.start_write(Http::Response.text(status, message, extra, head: head))
+      changed!
+      set_deadline(conn, clock + REPLY_TIMEOUT)
+      on_writable(conn)
+    end
+
+    def on_writable(conn)
+      return unless conn.write_some
+
+      release(conn)
+      changed!
+      conn.start_linger
+      set_deadline(conn, clock + LINGER_SECONDS)
+      close(conn) if conn.drain
+    rescue IOError, SystemCallError
+      close(conn)
+    end
+
+    def sweep
+      now = clock
+      upcoming = now + 1
+      @conns.values.each do |conn|
+        deadline = conn.deadline
+        next unless deadline
+
+        if deadline <= now
+          if conn.state == :reading
+            reply(conn, 408, "request not received within #{@read_timeout}s")
+          else
+            close(conn) # an unread answer, a finished linger, or an app that never answered
+          end
+          deadline = conn.deadline if @conns.key?(conn.sock)
         end
-
-        path, query = target.split("?", 2)
-        env = {
-          "REQUEST_METHOD" => method, "SCRIPT_NAME" => "", "PATH_INFO" => path, "QUERY_STRING" => query.to_s,
-          "SERVER_NAME" => @host, "SERVER_PORT" => port.to_s, "rack.url_scheme" => "http",
-        }
-        status, out_headers, body = @app.call(env)
-        respond(sock, status, out_headers, body, head: method == "HEAD")
-      rescue RequestError => e
-        respond(sock, e.status, { "content-type" => "text/plain" }, ["#{e.message}\n"])
+        upcoming = deadline if deadline && deadline > now && deadline < upcoming
       end
-    rescue StandardError
-      nil # a client that went away must not disturb the application
-    ensure
-      linger_close(sock, 1)
-      @lock.synchronize { @active -= 1 }
+      @next_sweep = [upcoming, now + SWEEP_EVERY].max
     end
 
-    # Reads the request line and headers within read_timeout. Returns [method, target, headers].
-    def read_request(sock)
-      deadline = clock + @read_timeout
-      buffer = +""
-      until (head_end = buffer.index("\r\n\r\n"))
-        line_end = buffer.index("\r\n")
-        raise RequestError.new(414, "request line longer than #{MAX_REQUEST_LINE} bytes") if (line_end || buffer.bytesize) > MAX_REQUEST_LINE
-        raise RequestError.new(431, "request headers larger than #{MAX_HEADER_BYTES} bytes") if buffer.bytesize > MAX_HEADER_BYTES
-
-        chunk = read_some(sock, deadline)
-        raise RequestError.new(400, "connection closed before the request ended") if chunk.nil?
-
-        buffer << chunk
-      end
-      raise RequestError.new(431, "request headers larger than #{MAX_HEADER_BYTES} bytes") if head_end > MAX_HEADER_BYTES
-
-      request_line, *lines = buffer[0, head_end].split("\r\n")
-      raise RequestError.new(414, "request line longer than #{MAX_REQUEST_LINE} bytes") if request_line.bytesize > MAX_REQUEST_LINE
-      raise RequestError.new(431, "more than #{MAX_HEADER_LINES} header lines") if lines.size > MAX_HEADER_LINES
-
-      match = %r{\A([A-Z]{1,16}) (/[^ ]*) HTTP/1\.[01]\z}.match(request_line)
-      raise RequestError.new(400, "malformed request line") unless match
-
-      headers = {}
-      lines.each do |line|
-        name, value = line.split(":", 2)
-        raise RequestError.new(400, "malformed header line") if value.nil? || !name.match?(/\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/)
-
-        headers[name.downcase] = value.strip
-      end
-      if headers["transfer-encoding"] || headers["content-length"].to_s.match?(/[1-9]/)
-        raise RequestError.new(413, "request bodies are not accepted")
-      end
-
-      [match[1], match[2], headers]
+    def set_deadline(conn, time)
+      conn.deadline = time
+      @next_sweep = time if time < @next_sweep
     end
 
-    def read_some(sock, deadline)
-      loop do
-        return sock.read_nonblock(4096)
-      rescue IO::WaitReadable
-        left = deadline - clock
-        raise RequestError.new(408, "request not received within #{@read_timeout}s") if left <= 0
+    def release(conn)
+      return unless conn.in_flight
 
-        sock.wait_readable(left)
-      rescue EOFError
-        return nil
-      end
+      conn.in_flight = false
+      @in_flight -= 1
+    end
+
+    def close(conn)
+      @conns.delete(conn.sock)
+      changed!
+      release(conn)
+      conn.close
+    end
+
+    def wake
+      @wake_w&.write_nonblock("x", exception: false)
+    rescue IOError, SystemCallError
+      nil
     end
 
     def authorized?(header)
-      given = header.to_s[/\ABearer (.+)\z/, 1]
+      # RFC 7235: the scheme is case-insensitive and followed by one or more spaces.
+      given = header.to_s[/\Abearer +(.+)\z/i, 1]
       return false if given.nil? || given.bytesize != @token.bytesize
 
       # Constant time, so the comparison does not leak how much of the token matched.
       given.bytes.zip(@token.bytes).reduce(0) { |acc, (a, b)| acc | (a ^ b) }.zero?
-    end
-
-    # Writes the whole response within timeout seconds. A HEAD answer keeps the app's content-length.
-    def respond(sock, status, headers, body, timeout = @write_timeout, head: false)
-      chunks = []
-      body.each { |chunk| chunks << chunk.b }
-      body.close if body.respond_to?(:close)
-      payload = chunks.join
-      length = payload.bytesize
-      out = +"HTTP/1.1 #{status} #{REASONS.fetch(status, "Status")}\r\n"
-      headers.each do |name, value|
-        if name.casecmp?("content-length")
-          length = value.to_i if head
-          next
-        end
-        next if name.casecmp?("connection")
-
-        value.to_s.split("\n").each { |v| out << "#{name}: #{v}\r\n" }
-      end
-      out << "content-length: #{length}\r\nconnection: close\r\n\r\n"
-      write_all(sock, out.b + payload, clock + timeout)
-    end
-
-    def write_all(sock, data, deadline)
-      until data.empty?
-        begin
-          written = sock.write_nonblock(data)
-          data = data.byteslice(written..)
-        rescue IO::WaitWritable
-          left = deadline - clock
-          return false if left <= 0
-
-          sock.wait_writable(left)
-        end
-      end
-      true
     end
 
     def clock

@@ -10,9 +10,11 @@ module Heapscope
   #   map("/debug/pprof") { run Heapscope::Rack.new }
   #
   # Endpoints: /debug/pprof/ (index), /debug/pprof/heap, /debug/pprof/allocs.
-  # Query: gc=1 runs a full GC first; seconds=N returns the change over the next N seconds
-  # (1..300); debug=1 returns a text top list. Statuses: 200, 400 bad or conflicting parameters,
-  # 404 unknown path, 405 not GET/HEAD, 429 a delta is already being computed, 503 not running.
+  # Query: gc=1 runs a full GC first (at most one forced GC per Rack.gc_interval seconds in the
+  # process, 10 by default: otherwise the profile is served without one and X-Heapscope-Gc says
+  # so); seconds=N returns the change over the next N seconds (1..300); debug=1 returns a text top
+  # list. Statuses: 200, 400 bad or conflicting parameters, 404 unknown path, 405 not GET/HEAD,
+  # 429 a delta is already being computed, 503 not running.
   #
   # The rack gem is never required: this is a plain object with #call(env). The standalone
   # listener (lib/heapscope/http_server.rb) serves through the same object.
@@ -27,22 +29,100 @@ module Heapscope
     # One delta profile at a time for the whole process (each one holds a request for N seconds).
     DELTA_LOCK = Mutex.new
 
-    # app:    the next Rack app (middleware) or nil (a standalone app: other paths are 404).
-    # source: what profiles come from; anything answering running? and profile(gc:, type:).
-    def initialize(app = nil, source: nil)
+    # GcLimiter bounds the full GCs that HTTP clients can force: one per interval seconds, counted
+    # from the end of the previous forced GC. A GC stops the whole process (0.2-1.4 s at 3M objects),
+    # so a client looping on ?gc=1 would otherwise stall the application at will. One limiter serves
+    # the whole process (GC_LIMITER: every middleware and the standalone listener share it); a
+    # forked child starts with a fresh allowance, since it has a heap (and GCs) of its own.
+    class GcLimiter
+      attr_reader :interval
+
+      def initialize(interval: 10, clock: nil)
+        self.interval = interval
+        @clock = clock || -> { Process.clock_gettime(Process::CLOCK_MONOTONIC) }
+        @lock = Mutex.new
+        @last = nil
+        @pid = Process.pid
+      end
+
+      # seconds >= 0; 0 turns the limit off.
+      def interval=(seconds)
+        raise ArgumentError, "gc interval must be a number of seconds >= 0, got #{seconds.inspect}" unless seconds.is_a?(Numeric) && seconds >= 0
+
+        @interval = seconds
+      end
+
+      # Books a forced GC. Returns 0 when the caller may force one now (and must call #release after
+      # it), or the whole seconds until the next one is allowed.
+      def acquire
+        @lock.synchronize do
+          reset_after_fork
+          now = @clock.call
+          wait = @last.nil? ? 0 : @last + @interval - now
+          next [wait.ceil, 1].max if wait.positive?
+
+          @last = now
+          0
+        end
+      end
+
+      # After the forced GC: the interval counts from its end, so a long GC is not followed at once by the next.
+      def release
+        @lock.synchronize { @last = @clock.call }
+      end
+
+      # Forgets the last forced GC: the next request may force one at once.
+      def reset
+        @lock.synchronize { @last = nil }
+      end
+
+      private
+
+      def reset_after_fork
+        return if @pid == Process.pid
+
+        @pid = Process.pid
+        @last = nil
+      end
+    end
+
+    GC_LIMITER = GcLimiter.new
+
+    # The process-wide least number of seconds between two forced GCs (?gc=1), 10 by default.
+    def self.gc_interval
+      GC_LIMITER.interval
+    end
+
+    def self.gc_interval=(seconds)
+      GC_LIMITER.interval = seconds
+    end
+
+    # app:        the next Rack app (middleware) or nil (a standalone app: other paths are 404).
+    # source:     what profiles come from; anything answering running? and profile(gc:, type:).
+    # gc_limiter: the GcLimiter for ?gc=1 (default: the process-wide GC_LIMITER).
+    def initialize(app = nil, source: nil, gc_limiter: nil)
       @app = app
       @source = source || (require "heapscope"; Heapscope)
+      @gc_limiter = gc_limiter || GC_LIMITER
     end
 
     def call(env)
-      full = "#{env["SCRIPT_NAME"]}#{env["PATH_INFO"]}"
+      script_name = env["SCRIPT_NAME"].to_s
+      full = "#{script_name}#{env["PATH_INFO"]}"
       rest =
         if full == PREFIX || full.start_with?("#{PREFIX}/") then full[PREFIX.length..]
-        elsif @app.nil? then env["PATH_INFO"].to_s
+        # A standalone app mounted with map("/somewhere"): everything below the mount point is its own.
+        # At the root (the standalone listener, or `run` without map) only /debug/pprof is.
+        elsif @app.nil? && !script_name.empty? then env["PATH_INFO"].to_s
         end
-      return @app.call(env) if rest.nil?
+      if rest.nil?
+        return @app.call(env) if @app
 
-      status, headers, body = route(env["REQUEST_METHOD"], rest, env["QUERY_STRING"].to_s)
+        status, headers, body = text(404, "no such path #{env["PATH_INFO"].to_s.inspect}: heapscope serves #{PREFIX}/, " \
+                                          "#{PROFILES.keys.map { |name| "#{PREFIX}/#{name}" }.join(" and ")}\n")
+      else
+        status, headers, body = route(env["REQUEST_METHOD"], rest, env["QUERY_STRING"].to_s, inline: env["heapscope.inline"])
+      end
       headers["x-heapscope-pid"] = Process.pid.to_s
       body = [] if env["REQUEST_METHOD"] == "HEAD"
       [status, headers, body]
@@ -50,7 +130,9 @@ module Heapscope
 
     private
 
-    def route(method, rest, query)
+    # inline: the standalone listener could not start a thread and serves this request on its event
+    # loop, which a delta (seconds=N) would hold for N seconds.
+    def route(method, rest, query, inline: false)
       name = rest.delete_prefix("/")
       unless name.empty? || PROFILES.key?(name)
         return text(404, "unknown profile #{name.inspect}: heapscope serves #{PROFILES.keys.join(" and ")}\n")
@@ -68,11 +150,26 @@ module Heapscope
 
       type = name.to_sym
       if params[:seconds]
+        if inline
+          return text(503, "the listener cannot start a thread to wait #{params[:seconds]}s for a delta profile " \
+                           "(thread limit reached?); retry later\n", "retry-after" => "5")
+        end
+
         delta(type, params)
-      elsif params[:debug]
-        text(200, TextReport.render(@source.profile(gc: params[:gc], type: type), type: type))
       else
-        binary("#{name}.pb.gz", @source.profile(gc: params[:gc], type: type))
+        gc_note = nil
+        bytes = with_gc(params[:gc]) do |forced, note|
+          gc_note = note
+          @source.profile(gc: forced, type: type)
+        end
+        status, headers, body =
+          if params[:debug]
+            text(200, TextReport.render(bytes, type: type, note: gc_comment(gc_note)))
+          else
+            binary("#{name}.pb.gz", bytes)
+          end
+        headers["x-heapscope-gc"] = gc_note if gc_note
+        [status, headers, body]
       end
     rescue StandardError => e
       # Heapscope::Error means the profiler stopped between the check and the call.
@@ -116,11 +213,36 @@ module Heapscope
       "the query string is not valid percent-encoding"
     end
 
+    # Decodes application/x-www-form-urlencoded text as bytes: every % must start a two-digit hex
+    # escape (so "%25" is a literal "%", and "%zz" or a trailing "%" is an error).
     def unescape(text)
-      out = text.tr("+", " ").gsub(/%([0-9A-Fa-f]{2})/) { Regexp.last_match(1).hex.chr }
-      raise ArgumentError, "bad escape" if out.include?("%")
+      raw = text.b
+      raise ArgumentError, "bad escape" if raw.match?(/%(?![0-9A-Fa-f]{2})/n)
 
-      out
+      raw.tr("+", " ").gsub(/%([0-9A-Fa-f]{2})/n) { Regexp.last_match(1).hex.chr }
+    end
+
+    # Yields (gc?, note) under the rate limit and returns the block's value: gc? is whether to force a
+    # GC, note the X-Heapscope-Gc header value ("forced", "skipped; retry-after=N"), nil when no GC
+    # was asked for.
+    def with_gc(wanted)
+      return yield(false, nil) unless wanted
+
+      wait = @gc_limiter.acquire
+      return yield(false, "skipped; retry-after=#{wait}") if wait.positive?
+
+      begin
+        yield(true, "forced")
+      ensure
+        @gc_limiter.release
+      end
+    end
+
+    def gc_comment(note)
+      return nil unless note&.start_with?("skipped")
+
+      "gc=1 skipped: at most one forced GC per #{@gc_limiter.interval}s in this process; the next is allowed in " \
+        "#{note[/\d+\z/]}s; objects that died since the last GC still count as live"
     end
 
     # The change over the next N seconds: allocs = new allocations, heap = change in live objects
@@ -130,15 +252,24 @@ module Heapscope
 
       begin
         require "heapscope/pprof"
-        older = @source.profile(gc: params[:gc], type: type)
-        sleep(params[:seconds])
-        return not_running unless @source.running?
+        # Both ends with a GC or neither, so garbage does not count on one side only: the limiter is
+        # asked once, and a booked GC is held across the window (released after the second one).
+        note = nil
+        older = newer = nil
+        with_gc(params[:gc]) do |forced, gc_note|
+          note = gc_note
+          older = @source.profile(gc: forced, type: type)
+          sleep(params[:seconds])
+          newer = @source.profile(gc: forced, type: type) if @source.running?
+        end
+        return not_running if newer.nil?
 
-        newer = @source.profile(gc: params[:gc], type: type)
         diff = Heapscope::Pprof.subtract(by_site(Heapscope::Pprof.decode(newer)), by_site(Heapscope::Pprof.decode(older)))
         diff.duration_nanos = params[:seconds] * 1_000_000_000
         diff.comments << "heapscope delta profile: #{type} change over #{params[:seconds]}s (negative values: fewer live objects)"
-        binary("#{type}-delta-#{params[:seconds]}s.pb.gz", diff.to_pprof(gzip: true))
+        status, headers, body = binary("#{type}-delta-#{params[:seconds]}s.pb.gz", diff.to_pprof(gzip: true))
+        headers["x-heapscope-gc"] = note if note
+        [status, headers, body]
       ensure
         DELTA_LOCK.unlock
       end
@@ -161,13 +292,15 @@ module Heapscope
         <body><h1>heapscope /debug/pprof/</h1>
         <p>pid #{Process.pid}, profiler #{@source.running? ? "running" : "not running"}.</p>
         <table>#{rows.join}</table>
-        <p>Parameters: <code>gc=1</code> runs a full GC first; <code>seconds=N</code> (1..#{MAX_SECONDS})
+        <p>Parameters: <code>gc=1</code> runs a full GC first (at most one every #{@gc_limiter.interval} s in this
+        process; otherwise the profile is served without one); <code>seconds=N</code> (1..#{MAX_SECONDS})
         returns the change over the next N seconds; <code>debug=1</code> returns a text top list.
         Without <code>debug</code> the response is a gzipped pprof profile:
         <code>go tool pprof http://HOST:PORT#{PREFIX}/heap</code>.</p>
         </body></html>
       HTML
-      [200, { "content-type" => "text/html; charset=utf-8", "content-length" => html.bytesize.to_s }, [html]]
+      [200, { "content-type" => "text/html; charset=utf-8", "content-length" => html.bytesize.to_s,
+              "cache-control" => "no-store" }, [html]]
     end
 
     def not_running(reason = nil)
@@ -198,7 +331,8 @@ module Heapscope
       ROW_LIMIT = 100
 
       # Returns the text for gzipped pprof bytes; type :heap ranks by inuse_space, :allocs by alloc_space.
-      def self.render(bytes, type:, limit: nil)
+      # note: one more comment line (e.g. why gc=1 was not honoured), or nil.
+      def self.render(bytes, type:, limit: nil, note: nil)
         require "heapscope/pprof"
         prof = Heapscope::Pprof.decode(bytes)
         kind = type == :allocs ? "alloc" : "inuse"
@@ -218,6 +352,7 @@ module Heapscope
         limit ||= ROW_LIMIT
         out = +"heapscope #{type} profile, pid #{Process.pid}, #{Time.now.utc.strftime("%Y-%m-%dT%H:%M:%SZ")}\n"
         out << "# #{kind}_space #{human(total_space)} in #{total_count} #{kind}_objects (estimates scaled from samples)\n"
+        out << "# #{note}\n" if note
         prof.comments.each { |c| out << "# #{c}\n" }
         surfaces.each { |line| out << "# #{line}\n" }
         out << format("%12s %7s %12s  %-24s %s\n", "#{kind}_space", "%", "objects", "class", "allocation site")
