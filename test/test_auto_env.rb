@@ -219,9 +219,9 @@ class TestAutoEnv < Minitest::Test
   def test_pyroscope_url_and_token_are_checked_as_the_pusher_uses_them
     {
       { "HEAPSCOPE_PYROSCOPE_URL" => "http://[::1" } =>
-        'HEAPSCOPE_PYROSCOPE_URL="http://[::1" is invalid: cannot be parsed as a URL (bad URI(is not URI?): "http://[::1")',
+        'HEAPSCOPE_PYROSCOPE_URL="http://[::1" is invalid: cannot be parsed as a URL',
       { "HEAPSCOPE_PYROSCOPE_URL" => "http://u%zz:p@127.0.0.1:4040" } =>
-        'HEAPSCOPE_PYROSCOPE_URL="http://u%zz:p@127.0.0.1:4040" is invalid: cannot be parsed as a URL (bad URI(is not URI?): "http://u%zz:p@127.0.0.1:4040")',
+        'HEAPSCOPE_PYROSCOPE_URL="http://u%zz:p@127.0.0.1:4040" is invalid: cannot be parsed as a URL',
       { "HEAPSCOPE_PYROSCOPE_URL" => "http://127.0.0.1:99999" } =>
         'HEAPSCOPE_PYROSCOPE_URL="http://127.0.0.1:99999" is invalid: port must be from 1 to 65535, got 99999',
       { "HEAPSCOPE_PYROSCOPE_URL" => "http://:4040" } => 'HEAPSCOPE_PYROSCOPE_URL="http://:4040" is invalid: has no host',
@@ -246,8 +246,8 @@ class TestAutoEnv < Minitest::Test
                                       "begin; TCPSocket.new('127.0.0.1', #{port}); p :listening; rescue SystemCallError; p :no_listener; end")
       assert status.success?, err
       assert_equal "[nil, 1]\n:no_listener\n", out
-      assert_equal ['heapscope: HEAPSCOPE_PYROSCOPE_URL="http://[::1" is invalid: cannot be parsed as a URL ' \
-                    '(bad URI(is not URI?): "http://[::1"); profiling is off'], err.lines.map(&:chomp)
+      assert_equal ['heapscope: HEAPSCOPE_PYROSCOPE_URL="http://[::1" is invalid: cannot be parsed as a URL; profiling is off'],
+                   err.lines.map(&:chomp)
       assert_empty Dir.children(dir), "no final profile: profiling never started"
     end
   end

@@ -50,7 +50,8 @@ class TestHardeningFiles < Minitest::Test
   # Plants a symlink to the secret at each name the writer of pid could use for seconds: the
   # profile's name, and its temp name as the old writer predictably formed it (.NAME.tmp-PID).
   # Returns the profile names covered.
-  def plant(pid, app:, final:, seconds: 5)
+  # (20 s: on a loaded machine the writes can come several seconds after the planting started.)
+  def plant(pid, app:, final:, seconds: 20)
     stamps(seconds).map do |stamp|
       name = "#{app}-#{pid}-#{stamp}#{final ? "-final" : ""}.heap.pb.gz"
       [name, ".#{name}.tmp-#{pid}"].each do |planted|

@@ -427,7 +427,7 @@ class TestPyroscope < Minitest::Test
     assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "ftp://x", app_name: "a", source: @source) }
     # Issue 11, item 9: URI's own parse error used to escape as URI::InvalidURIError.
     error = assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "http://[::1", app_name: "a", source: @source) }
-    assert_equal 'url "http://[::1" is invalid: cannot be parsed as a URL (bad URI(is not URI?): "http://[::1")', error.message
+    assert_equal 'url "http://[::1" is invalid: cannot be parsed as a URL', error.message
     error = assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "http://x", app_name: "a", source: @source, token: "a\nb") }
     assert_match(/\Atoken is invalid: must not contain control characters/, error.message)
     error = assert_raises(ArgumentError) { Heapscope::Pyroscope.new(url: "http://x", app_name: "a", source: @source, proxy: "https://p") }

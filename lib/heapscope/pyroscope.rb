@@ -48,7 +48,8 @@ module Heapscope
       begin
         uri = URI.parse(url.to_s)
       rescue URI::InvalidURIError => e
-        raise ArgumentError, "cannot be parsed as a URL (#{e.message})"
+        # (URI's own message only repeats the URL, worded differently from one Ruby to the next.)
+        raise ArgumentError, "cannot be parsed as a URL"
       end
       raise ArgumentError, "must be an http:// or https:// URL" unless uri.is_a?(URI::HTTP)
       raise ArgumentError, "has no host" if uri.hostname.to_s.empty?
