@@ -62,15 +62,21 @@ class TestHardeningHttpDetails < Minitest::Test
     end
   end
 
+  # A source whose profile waits until something is pushed to gate: its request holds its slot.
+  def source_waiting_on(gate)
+    source = FakeSource.new
+    source.define_singleton_method(:profile) do |gc: false, type: :heap|
+      gate.pop
+      super(gc: gc, type: type)
+    end
+    source
+  end
+
   # max_connections: a connection whose request the app is still answering is never evicted, so the
   # next one is refused.
   def test_a_503_at_the_connection_limit_has_the_common_headers
     gate = Queue.new
-    blocking = FakeSource.new
-    blocking.define_singleton_method(:profile) do |gc: false, type: :heap|
-      gate.pop
-      super(gc: gc, type: type)
-    end
+    blocking = source_waiting_on(gate)
     server = Heapscope::HttpServer.new(host: "127.0.0.1", port: 0, app: Heapscope::Rack.new(source: blocking), max_connections: 1).start
     @servers << server
     held = Thread.new { http_get(server.port, "/debug/pprof/heap") }
@@ -87,11 +93,7 @@ class TestHardeningHttpDetails < Minitest::Test
   def test_a_503_at_the_request_limit_has_the_common_headers
     # max_requests: a request the app is still answering fills the only slot.
     gate = Queue.new
-    blocking = FakeSource.new
-    blocking.define_singleton_method(:profile) do |gc: false, type: :heap|
-      gate.pop
-      super(gc: gc, type: type)
-    end
+    blocking = source_waiting_on(gate)
     app = Heapscope::Rack.new(source: blocking)
     server = Heapscope::HttpServer.new(host: "127.0.0.1", port: 0, app: app, max_requests: 1).start
     @servers << server
