@@ -113,6 +113,25 @@ class TestHardeningFiles < Minitest::Test
     end
   end
 
+  # The report CLI's -o (flamegraph, diff --html): a symlink planted at the output name is replaced,
+  # not written through; a device the user names is written in place, never replaced.
+  def test_report_output_replaces_a_planted_symlink_and_writes_devices_in_place
+    prof = File.join(@tmp, "heap.pb.gz")
+    File.binwrite(prof, @source.profile)
+    out = File.join(@dir, "heap.html")
+    File.symlink(@secret, out)
+    exe = File.expand_path("../exe/heapscope", __dir__)
+    stdout, stderr, status = Open3.capture3(RbConfig.ruby, "-I", File.expand_path("../lib", __dir__), exe, "flamegraph", prof, "-o", out)
+    assert status.success?, stderr
+    assert_match(/wrote #{Regexp.escape(out)}/, stdout)
+    assert_secret_intact
+    assert File.lstat(out).file?, "the symlink was replaced by a file of its own"
+    assert_includes File.read(out), "<html"
+    _, stderr, status = Open3.capture3(RbConfig.ruby, "-I", File.expand_path("../lib", __dir__), exe, "flamegraph", prof, "-o", "/dev/null")
+    assert status.success?, stderr
+    assert File.chardev?("/dev/null"), "/dev/null is still the device"
+  end
+
   def test_heapscope_write_replaces_a_symlink_at_its_path_instead_of_following_it
     skip_unless_native
     require "heapscope"

@@ -270,6 +270,31 @@ class TestReportFlamegraph < Minitest::Test
     assert_no_console_errors
   end
 
+  # Issue 11 item 11: "<!--<script>" in a frame name used to put the HTML parser into its "script data
+  # double escaped" state, so the data script swallowed the rest of the page and nothing was drawn.
+  # Names that try to end the script, inject markup or break JavaScript strings must show as text.
+  def test_hostile_names_render_as_text
+    names = ["<!--<script>", "</script><img src=x onerror=window.hsOwned=1>", "sep\u2028line\u2029para", "&lt;b&gt;\"'"]
+    stack = names.each_with_index.map { |n, i| [n, "app/h.rb", i + 1] } + [["main", "app/main.rb", 1]]
+    profile = File.join(@dir, "<i>hostile&amp;.pb.gz")
+    File.binwrite(profile, heapscope_profile([[stack, [10, 1000, 10, 1000]], [[["Other#site", "o.rb", 2]], [1, 100, 1, 100]]]).to_pprof)
+    html = File.join(@dir, "hostile.html")
+    assert_equal 0, Heapscope::Report::CLI.run("flamegraph", [profile, "-o", html], out: StringIO.new, err: $stderr)
+    open_page(html)
+    drawn = eval_js("Array.from(document.querySelectorAll('#hs-svg g')).map(g => g.getAttribute('data-name'))")
+    names.each { |n| assert_includes drawn, n, "#{n.inspect} is drawn, by its own name" }
+    top = eval_js("document.getElementById('hs-top').textContent")
+    assert_includes top, names[0]
+    assert_equal 0, eval_js("document.querySelectorAll('img').length"), "no markup from a name"
+    assert_nil eval_js("window.hsOwned"), "no script from a name"
+    assert_equal "heapscope flame graph: <i>hostile&amp;.pb.gz", eval_js("document.querySelector('h1').textContent")
+    assert_includes eval_js("document.getElementById('hs-status').textContent"), "inuse_space: total 1.1 KiB"
+    box = rect_of(names[0])
+    mouse("mouseMoved", box)
+    assert_includes eval_js("document.getElementById('hs-tip').textContent"), names[0]
+    assert_no_console_errors
+  end
+
   # 50k samples with distinct stacks: the generator aggregates, the page draws in well under a second.
   def test_large_profile_stays_responsive
     prof = Pprof::Profile.new(sample_types: HEAPSCOPE_TYPES, comments: ["sample_every=1"])

@@ -6,6 +6,7 @@ require_relative "pprof/wire"
 require_relative "pprof/profile"
 require_relative "pprof/decoder"
 require_relative "pprof/encoder"
+require_relative "pprof/inflater"
 
 # Heapscope::Pprof reads and writes profile.proto (github.com/google/pprof/proto/profile.proto) in pure
 # Ruby. It is independent of the C writer on purpose: the tests use it as a second opinion on what the C
@@ -26,39 +27,62 @@ module Heapscope
     # DecodeError is raised for input that is not a readable pprof profile, or that breaks its rules.
     class DecodeError < StandardError; end
 
+    # LimitError is the DecodeError of a profile larger than the reader's limit (see DEFAULT_MAX_SIZE).
+    class LimitError < DecodeError; end
+
+    # Profiles are read whole into memory, so reading has a limit, max_size: at most this many bytes of
+    # profile.proto after decompression (a gzip bomb stops here, after at most this much work), and at
+    # most max_size / BYTES_PER_FRAME stack frames with inlined lines expanded at every sample that uses
+    # them (a small profile whose locations have thousands of lines each would otherwise cost samples x
+    # lines). 256 MiB holds a heapscope profile at its default caps (100,000 stacks of up to 400 frames:
+    # 40 M frame references, each at least a byte), and the 64 M frames that go with it all its frames.
+    DEFAULT_MAX_SIZE = 256 * 1024 * 1024
+    BYTES_PER_FRAME = 4
+    READ_CHUNK = 1 << 20
+
     class << self
-      # Decodes a profile from gzipped or raw profile.proto bytes. Raises DecodeError.
-      def decode(bytes)
-        bytes = bytes.b
+      # Decodes a profile from gzipped or raw profile.proto bytes. Raises DecodeError (LimitError when the
+      # bytes, decompressed, or their frames exceed max_size).
+      def decode(bytes, max_size: DEFAULT_MAX_SIZE)
+        bytes = bytes.b unless bytes.encoding == Encoding::BINARY
         raise DecodeError, "empty input (not a pprof profile)" if bytes.empty?
 
         if bytes.start_with?(GZIP_MAGIC)
-          bytes = gunzip(bytes)
-          return Decoder.new(bytes).decode
+          raw = Inflater.new(max_size)
+          raw << bytes
+          return Decoder.new(raw.finish, max_frames: max_size / BYTES_PER_FRAME).decode
         end
-        begin
-          Decoder.new(bytes).decode
-        rescue DecodeError => e
-          # Raw input that fails early is most likely not a profile at all; say so first.
-          raise DecodeError, "not gzip or pprof protobuf data (#{e.message})"
+        if bytes.bytesize > max_size
+          raise LimitError, "the input is #{size_text(bytes.bytesize)}, more than the #{size_text(max_size)} limit"
         end
+
+        decode_raw(bytes, max_size)
       end
 
-      # Reads and decodes a profile file. Raises DecodeError with a message that starts with the path.
-      def read(path)
-        data = begin
-          File.binread(path)
+      # Reads and decodes a profile file, a pipe or a device (/dev/stdin), never holding more than
+      # max_size bytes of it: a regular file over the limit is refused before it is read, and other
+      # inputs are read in chunks until they end or pass the limit. Raises DecodeError with a message
+      # that starts with the path.
+      def read(path, max_size: DEFAULT_MAX_SIZE)
+        bytes = begin
+          File.open(path, "rb") { |f| read_bounded(f, max_size) }
         rescue Errno::ENOENT
           raise DecodeError, "#{path}: no such file"
         rescue Errno::EISDIR
           raise DecodeError, "#{path}: is a directory"
-        rescue SystemCallError => e
+        rescue SystemCallError, IOError => e
           raise DecodeError, "#{path}: #{e.message.sub(/ @ .*/, "")}"
+        rescue DecodeError => e
+          raise e.class, "#{path}: #{e.message}"
         end
         begin
-          decode(data)
+          if bytes.is_a?(Inflater)
+            Decoder.new(bytes.finish, max_frames: max_size / BYTES_PER_FRAME).decode
+          else
+            decode_raw(bytes, max_size)
+          end
         rescue DecodeError => e
-          raise DecodeError, "#{path}: #{e.message}"
+          raise e.class, "#{path}: #{e.message}"
         end
       end
 
@@ -155,25 +179,70 @@ module Heapscope
         out
       end
 
+      # "256 MiB", "1.5 GiB", "300 bytes": sizes in the limit's messages.
+      def size_text(n)
+        return "#{n} bytes" if n < 1024
+
+        units = %w[KiB MiB GiB TiB]
+        v = n / 1024.0
+        u = 0
+        while v >= 1024 && u < units.size - 1
+          v /= 1024
+          u += 1
+        end
+        v == v.round ? "#{v.round} #{units[u]}" : format("%.1f %s", v, units[u])
+      end
+
       private
 
-      # Inflates one gzip member. Zlib.gunzip would do, but it warns (under -w) on the truncated input we
-      # report as an error ourselves.
-      def gunzip(bytes)
-        z = Zlib::Inflate.new(Zlib::MAX_WBITS + 16) # + 16: expect a gzip header and trailer
-        begin
-          out = z.inflate(bytes)
-          raise DecodeError, "truncated gzip data" unless z.finished?
+      def decode_raw(bytes, max_size)
+        Decoder.new(bytes, max_frames: max_size / BYTES_PER_FRAME).decode
+      rescue LimitError
+        raise
+      rescue DecodeError => e
+        # Raw input that fails early is most likely not a profile at all; say so first.
+        raise DecodeError, "not gzip or pprof protobuf data (#{e.message})"
+      end
 
-          out
-        rescue Zlib::BufError
-          raise DecodeError, "truncated gzip data"
-        rescue Zlib::Error => e
-          raise DecodeError, "bad gzip data (#{e.message})"
-        ensure
-          z.reset
-          z.close
+      # Returns the raw bytes of an open input, or an Inflater holding its decompressed bytes.
+      def read_bounded(io, max_size)
+        st = io.stat
+        raise Errno::EISDIR if st.directory?
+        if st.file? && st.size > max_size
+          raise LimitError, "the file is #{size_text(st.size)}, more than the #{size_text(max_size)} limit"
         end
+
+        first = io.read(READ_CHUNK)
+        raise DecodeError, "empty input (not a pprof profile)" if first.nil? || first.empty?
+
+        if first.start_with?(GZIP_MAGIC)
+          raw = Inflater.new(max_size)
+          chunk = first
+          while chunk
+            raw << chunk
+            break if raw.done?
+
+            chunk = io.read(READ_CHUNK)
+          end
+          return raw
+        end
+
+        # Not gzip: the first field key must make sense, so an endless stream of anything else
+        # (/dev/zero) is refused at once instead of after max_size bytes.
+        begin
+          Wire::Reader.new(first, 0, first.bytesize, "Profile").key
+        rescue DecodeError => e
+          raise DecodeError, "not gzip or pprof protobuf data (#{e.message})"
+        end
+        bytes = first
+        while (chunk = io.read(READ_CHUNK))
+          if bytes.bytesize + chunk.bytesize > max_size
+            raise LimitError, "goes on past the #{size_text(max_size)} limit"
+          end
+
+          bytes << chunk
+        end
+        bytes
       end
 
       def unique_ids(table, what)

@@ -17,8 +17,11 @@ module Heapscope
 
       NO_UNITS = {}.freeze
 
-      def initialize(buf)
+      # max_frames: the most stack frames the samples may expand to (nil: no limit), inlined lines
+      # counted at every sample that refers to their location: the reports' work is proportional to it.
+      def initialize(buf, max_frames: nil)
         @buf = buf
+        @max_frames = max_frames
       end
 
       # The string table can come anywhere in the message (Go writes it last), so the first pass collects
@@ -78,7 +81,28 @@ module Heapscope
         end
         prof.reindex
         prof.samples = sample_readers.map { |r| sample(prof, r) }
+        check_frames(prof) if @max_frames
         prof
+      end
+
+      # Raises LimitError when the samples' stacks, inlined lines expanded, exceed max_frames. Without
+      # inlining every frame costs at least a byte of input, so only locations with several lines can
+      # make a small profile expand far past its size; only those are looked up per sample.
+      def check_frames(prof)
+        lines = {}
+        prof.locations.each { |l| lines[l.id] ||= l.lines.size } # the first location of an id wins, as in reindex
+        extra = lines.filter_map { |id, n| [id, n - 1] if n > 1 }.to_h
+        total = 0
+        prof.samples.each do |s|
+          ids = s.location_ids
+          total += ids.size
+          ids.each { |id| total += extra[id] || 0 } unless extra.empty?
+          next if total <= @max_frames
+
+          raise LimitError, "its stacks expand to more than #{@max_frames} frames (inlined lines counted at " \
+                            "every sample that uses them), the limit that goes with " \
+                            "#{Pprof.size_text(@max_frames * BYTES_PER_FRAME)}"
+        end
       end
 
       # Resolves a string table index, checking its range.

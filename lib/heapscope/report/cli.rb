@@ -19,22 +19,47 @@ module Heapscope
       def run(command, argv, out: $stdout, err: $stderr)
         klass = COMMANDS[command]
         unless klass
-          err.puts "heapscope: unknown report command #{command.inspect} (known: #{COMMANDS.keys.join(", ")})"
+          err.puts Escape.terminal("heapscope: unknown report command #{command.inspect} (known: #{COMMANDS.keys.join(", ")})")
           return 2
         end
-        klass.new(argv).run(out)
+        report = klass.new(argv)
+        output = Output.new(out)
+        status = report.run(output)
+        # Output is buffered: a full disk is only seen when the buffer is written. Flush here, so
+        # "top > /dev/full" fails now and says so, instead of exiting 0 with nothing written.
+        output.flush
+        status
       rescue Help => e
         out.puts e.message
         0
       rescue Error => e
-        err.puts "heapscope #{command}: #{e.message}"
+        # One line whatever the message holds (a path or a name from a profile may contain CR or LF).
+        err.puts Escape.terminal("heapscope #{command}: #{e.message}")
         2
       rescue Errno::EPIPE
         0 # the reader (head, less) went away: not an error
       rescue StandardError => e
-        err.puts "heapscope #{command}: internal error: #{e.class}: #{e.message.lines.first&.chomp} " \
-                 "(please report it with the profile)"
+        err.puts Escape.terminal("heapscope #{command}: internal error: #{e.class}: #{e.message.lines.first&.chomp} " \
+                                 "(please report it with the profile)")
         1
+      end
+
+      # Output wraps the stream reports print to, so that a failed write (ENOSPC, EIO, a closed stream)
+      # is an Error with one line, exit 2, not an internal error. EPIPE passes through: the reader left.
+      class Output
+        def initialize(io)
+          @io = io
+        end
+
+        %i[puts print write flush].each do |name|
+          define_method(name) do |*args|
+            @io.public_send(name, *args)
+          rescue Errno::EPIPE
+            raise
+          rescue SystemCallError, IOError => e
+            raise Error, "cannot write the output: #{e.message.sub(/ @ .*/, "")}"
+          end
+        end
       end
     end
   end

@@ -5,6 +5,7 @@ require "json"
 require "heapscope/report/units"
 require "heapscope/report/sampling"
 require "heapscope/report/sites"
+require "heapscope/report/escape"
 
 module Heapscope
   module Report
@@ -15,6 +16,10 @@ module Heapscope
     # -h/--help, and the count of positional arguments. A subclass defines USAGE, options(parser, opts)
     # and run(out); CLI does the rest.
     class Command
+      # -n is at most this: more rows than any profile has.
+      MAX_ROWS = 1 << 40
+      SIZE_UNITS = { "" => 1, "k" => 1 << 10, "m" => 1 << 20, "g" => 1 << 30, "t" => 1 << 40 }.freeze
+
       attr_reader :opts, :args
 
       def initialize(argv)
@@ -23,6 +28,7 @@ module Heapscope
         parser.banner = self.class::USAGE
         parser.on("-h", "--help") { raise Help, parser.help }
         options(parser, @opts)
+        size_flag(parser, @opts)
         begin
           @args = parser.parse(argv.dup)
         rescue OptionParser::ParseError => e
@@ -48,12 +54,36 @@ module Heapscope
         parser.on("--by WHAT", Sites::BY, "group by line, function or class (default: line)") { |v| opts[:by] = v }
       end
 
+      # Any positive N; one larger than the rows there are shows them all (so a huge N, even past 64
+      # bits, means "every row" instead of overflowing Array#first).
       def limit_flag(parser, opts)
         parser.on("-n N", Integer, "rows to show (default: #{opts[:n]})") do |v|
           raise Error, "-n must be a positive number, got #{v}" unless v.positive?
 
-          opts[:n] = v
+          opts[:n] = [v, MAX_ROWS].min
         end
+      end
+
+      # Every command reads profiles, so every command has the reading limit.
+      def size_flag(parser, opts)
+        parser.on("--max-size SIZE", "largest profile to read, decompressed (default: " \
+                                     "#{Pprof.size_text(Pprof::DEFAULT_MAX_SIZE)}; e.g. 1G, 512M)") do |v|
+          opts[:max_size] = Command.parse_size(v)
+        end
+      end
+
+      # Loads one profile with this command's reading limit.
+      def load_profile(path)
+        Sites.load(path, max_size: @opts[:max_size])
+      end
+
+      # "512M", "2G", "64MiB", "1000000": bytes (K, M, G, T are powers of 1024).
+      def self.parse_size(text)
+        m = text.to_s.strip.match(/\A(\d+)\s*([kmgt]?)(i?b)?\z/i)
+        n = m && m[1].to_i * SIZE_UNITS[m[2].downcase]
+        raise Error, "--max-size must be a size like 512M or 2G, got #{text.inspect}" if n.nil? || n.zero?
+
+        n
       end
 
       # Checks the count of positional arguments (FILE by default).

@@ -12,7 +12,7 @@ module Heapscope
     #   heapscope diff before.pb.gz after.pb.gz --html -o growth.html   # a flame graph coloured by growth
     class Diff < Command
       USAGE = "usage: heapscope diff BASE NEW [--sample TYPE] [--by line|function|class] [-n 20] [--json] " \
-              "[--html [-o out.html]]"
+              "[--html [-o out.html]] [--max-size SIZE]"
 
       def defaults
         { n: 20, by: "line" }
@@ -36,8 +36,8 @@ module Heapscope
 
       def run(out)
         base_path, new_path = @args
-        base = Sites.load(base_path)
-        newer = Sites.load(new_path)
+        base = load_profile(base_path)
+        newer = load_profile(new_path)
         if @opts[:html]
           return Flamegraph.write(self.class.html(base, newer, base_path: base_path, new_path: new_path,
                                                   sample: @opts[:sample]),
@@ -45,7 +45,7 @@ module Heapscope
         end
         data = self.class.report(base, newer, base_path: base_path, new_path: new_path,
                                               **@opts.slice(:sample, :by, :n))
-        out.puts(@opts[:json] ? JSON.pretty_generate(data) : self.class.text(data))
+        out.puts(@opts[:json] ? Escape.json(data) : self.class.text(data))
         0
       end
 
@@ -57,8 +57,8 @@ module Heapscope
         bi = Sites.sample_index(base, name, base_path)
         s_new = Sampling.new(newer)
         s_base = Sampling.new(base)
-        new_sites = Sites.aggregate(newer, by)
-        base_sites = Sites.aggregate(base, by)
+        new_sites = Sites.aggregate(newer, by, cum: [])
+        base_sites = Sites.aggregate(base, by, cum: [])
         rows = (new_sites.keys | base_sites.keys).map do |key|
           e_new = new_sites[key]
           e_base = base_sites[key]
@@ -118,7 +118,7 @@ module Heapscope
         end
         lines << ""
         lines << "(error: sampling error of the change; \"noise\": the change is within twice its error)"
-        lines.join("\n")
+        lines.map { |l| Escape.terminal(l) }.join("\n")
       end
 
       # The flame graph of NEW coloured by growth since BASE (red grew, blue shrank).
@@ -132,7 +132,7 @@ module Heapscope
                 meta: "base #{base_path} (#{base.samples.size} samples), new #{new_path} (#{newer.samples.size} samples)",
                 help: "Width is the new profile's value (switch to base with Width). Red frames grew since the " \
                       "base, blue ones shrank; the deeper the colour, the larger the change. Hover for base, new " \
-                      "and change; click to zoom, Escape to reset."
+                      "and change; click to zoom, Escape to reset.#{Flamegraph.capped_note(data)}"
         )
       end
     end

@@ -1,7 +1,10 @@
 # frozen_string_literal: true
 
+require "heapscope/atomic_write"
+
 require "heapscope/report/command"
 require "heapscope/report/flamegraph_page"
+require "heapscope/report/flame_tree"
 
 module Heapscope
   module Report
@@ -15,8 +18,13 @@ module Heapscope
     # PRUNE of the total in every type dropped (their values stay in their parent), so a profile of 50k
     # samples becomes a page that draws instantly.
     class Flamegraph < Command
-      USAGE = "usage: heapscope flamegraph FILE [-o out.html] [--sample TYPE] [--icicle]"
+      USAGE = "usage: heapscope flamegraph FILE [-o out.html] [--sample TYPE] [--icicle] [--max-size SIZE]"
       PRUNE = 1e-4
+      # At most this many frames (nodes) on a page, the largest: a browser draws 100k boxes quickly, and
+      # anything beyond is far below a pixel wide at any zoom a person uses.
+      MAX_NODES = 100_000
+      # ... and at most this many values (nodes x sample types x profiles).
+      MAX_VALUES = 2_000_000
 
       def defaults
         {}
@@ -32,7 +40,7 @@ module Heapscope
 
       def run(out)
         path = @args.first
-        prof = Sites.load(path)
+        prof = load_profile(path)
         html = self.class.html(prof, path: path, sample: @opts[:sample], icicle: @opts[:icicle])
         Flamegraph.write(html, @opts[:output] || Flamegraph.default_output(path), out)
       end
@@ -48,8 +56,13 @@ module Heapscope
                 meta: "#{path}; #{prof.samples.size} samples; #{sampling.describe}#{time_note(prof)}",
                 help: "Width is the value of the chosen sample type for a call path (a frame and everything it " \
                       "called). Hover for details, click a frame to zoom, Escape to reset. Frames under " \
-                      "#{PRUNE * 100}% of the total are folded into their caller."
+                      "#{PRUNE * 100}% of the total are folded into their caller.#{capped_note(data)}"
         )
+      end
+
+      # The help's note when MAX_NODES cut the tree.
+      def self.capped_note(data)
+        data["capped"] ? " Only the #{MAX_NODES} largest frames are drawn; the others are folded into their callers." : ""
       end
 
       # Writes html to output ("-" is out) and says where on out. Returns the exit status.
@@ -58,11 +71,17 @@ module Heapscope
           out.write(html)
         else
           begin
-            File.write(output, html)
-          rescue SystemCallError => e
+            # Atomically, never through a planted symlink (docs/robustness.md); but a device or fifo
+            # the user named (-o /dev/stdout) is written in place: rename would replace the node.
+            if File.exist?(output) && !File.symlink?(output) && !File.file?(output)
+              File.write(output, html)
+            else
+              Heapscope.write_atomically(output, html)
+            end
+          rescue SystemCallError, Heapscope::UnsafeDirectoryError => e
             raise Error, "cannot write #{output}: #{e.message.sub(/ @ .*/, "")}"
           end
-          out.puts "wrote #{output} (#{html.bytesize / 1024} KiB)"
+          out.puts Escape.terminal("wrote #{output} (#{html.bytesize / 1024} KiB)")
         end
         0
       end
@@ -80,78 +99,9 @@ module Heapscope
         prof.time_nanos.to_i.positive? ? "; taken #{Time.at(prof.time_nanos / 1e9).utc.strftime("%Y-%m-%d %H:%M:%S UTC")}" : ""
       end
 
-      # Aggregates the call trees of profiles (one, or [new, base] for a diff, whose sample types are
-      # matched to the first one's by name) into node arrays:
-      #   {"frames" => [[function, file, line]], "parent" => [..], "frame" => [..],
-      #    "values" => [per type: [cumulative value per node]], "base" => same for profiles[1] or nil}
+      # The call tree of profiles as node arrays (FlameTree): one profile, or [new, base] for a diff.
       def self.tree(profiles)
-        first = profiles.first
-        ntypes = first.sample_types.size
-        frames = [["all", "", 0]]
-        frame_ids = {}
-        parent = [0]
-        frame = [0]
-        vals = profiles.map { [Array.new(ntypes, 0)] } # vals[profile][node] = values vector
-        child = {} # (parent << 32 | frame id) -> node
-        profiles.each_with_index do |prof, pi|
-          map = first.sample_type_names.map { |name| prof.sample_index(name) }
-          loc_paths = {} # location id -> frame ids, leaf first
-          mine = vals[pi]
-          prof.samples.each do |s|
-            values = map.map { |i| i ? s.values[i] : 0 }
-            next if values.all?(&:zero?)
-
-            path = s.location_ids.flat_map do |id|
-              loc_paths[id] ||= prof.frames_for([id]).map do |f|
-                key = [f.function, f.file, f.line]
-                frame_ids[key] ||= (frames << key).size - 1
-              end
-            end
-            add(mine[0], values)
-            node = 0
-            path.reverse_each do |fid|
-              node = child[(node << 32) | fid] ||= begin
-                parent << node
-                frame << fid
-                vals.each { |v| v << Array.new(ntypes, 0) }
-                parent.size - 1
-              end
-              add(mine[node], values)
-            end
-          end
-        end
-        prune(frames, parent, frame, vals, ntypes)
-      end
-
-      def self.add(into, values)
-        values.each_with_index { |v, i| into[i] += v }
-      end
-
-      # Keeps the root and every node at least PRUNE of the total in some type of some profile (and whose
-      # parent is kept), renumbered so parents still come first; transposes values to one array per type.
-      def self.prune(frames, parent, frame, vals, ntypes)
-        limits = vals.map { |v| Array.new(ntypes) { |t| [v[0][t].abs * PRUNE, 1].max } }
-        keep = Array.new(parent.size)
-        keep[0] = 0
-        kept = [0]
-        (1...parent.size).each do |n|
-          next unless keep[parent[n]]
-          next unless vals.each_with_index.any? { |v, pi| v[n].each_with_index.any? { |x, t| x.abs >= limits[pi][t] } }
-
-          keep[n] = kept.size
-          kept << n
-        end
-        used = {}
-        kept.each { |n| used[frame[n]] ||= used.size }
-        out_frames = Array.new(used.size)
-        used.each { |fid, i| out_frames[i] = frames[fid] }
-        {
-          "frames" => out_frames,
-          "parent" => kept.map { |n| keep[parent[n]] },
-          "frame" => kept.map { |n| used[frame[n]] },
-          "values" => (0...ntypes).map { |t| kept.map { |n| vals[0][n][t] } },
-          "base" => vals[1] && (0...ntypes).map { |t| kept.map { |n| vals[1][n][t] } },
-        }
+        FlameTree.new(profiles, prune: PRUNE, max_nodes: MAX_NODES, max_values: MAX_VALUES).build
       end
     end
   end

@@ -2,6 +2,7 @@
 
 require "json"
 require "erb"
+require "heapscope/report/escape"
 
 module Heapscope
   module Report
@@ -268,9 +269,11 @@ module Heapscope
 
       # Returns the page for data (a Hash, see above).
       def render(data, title:, meta:, help:)
-        # "</" cannot appear inside a script element; JSON allows "<\/" as the same string.
-        json = JSON.generate(data).gsub("</", "<\\/")
-        esc = ->(s) { ERB::Util.html_escape(s) }
+        # The JSON sits inside a <script> element, where the HTML parser still looks for "</script",
+        # "<!--" and "<script" (a frame named "<!--<script>" would swallow the rest of the page):
+        # Escape.script_json writes <, >, & and U+2028/2029 as \uXXXX, the same string to JSON.parse.
+        json = Escape.script_json(data)
+        esc = ->(s) { ERB::Util.html_escape(Escape.scrub(s)) }
         TEMPLATE.result_with_hash(title: esc[title], meta: esc[meta], help: esc[help], json: json, css: CSS, js: JS)
       end
     end

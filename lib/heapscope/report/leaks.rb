@@ -20,8 +20,10 @@ module Heapscope
     # Sites that grew in at least STEADY of the intervals come first, by rate; the others follow by
     # rate * steady. So a steady leak ranks above a bigger one-off step and above churn.
     class Leaks < Command
-      USAGE = "usage: heapscope leaks FILE... | DIR [--sample TYPE] [--by line|function|class] [-n 20] [--json]"
-      PROFILE_FILE = /\.(pb\.gz|pb|pprof|prof)\z/.freeze
+      USAGE = "usage: heapscope leaks FILE... | DIR [--sample TYPE] [--by line|function|class] [-n 20] [--json] " \
+              "[--max-size SIZE]"
+      # Matched against file names as bytes (/n): a name that is not UTF-8 must not stop the match.
+      PROFILE_FILE = /\.(pb\.gz|pb|pprof|prof)\z/n.freeze
       # Objects that survived this many GCs count as old (Ruby promotes objects to the old generation
       # after 3).
       OLD_AGE = 4
@@ -44,15 +46,15 @@ module Heapscope
 
       def run(out)
         paths, note = self.class.expand(@args)
-        series = paths.map { |p| [p, Sites.load(p)] }
+        series = paths.map { |p| [p, load_profile(p)] }
         data = self.class.report(series, **@opts.slice(:sample, :by, :n))
         data["note"] = note if note
-        out.puts(@opts[:json] ? JSON.pretty_generate(data) : self.class.text(data))
+        out.puts(@opts[:json] ? Escape.json(data) : self.class.text(data))
         0
       end
 
       # The periodic writer's file names: APP-PID-YYYYMMDDTHHMMSS.mmmZ.heap.pb.gz (or -final.heap.pb.gz).
-      PERIODIC_NAME = /\A(?<process>.+-\d+)-\d{8}T\d{6}(\.\d+)?Z(-final)?\.heap\.pb\.gz\z/.freeze
+      PERIODIC_NAME = /\A(?<process>.+-\d+)-\d{8}T\d{6}(\.\d+)?Z(-final)?\.heap\.pb\.gz\z/n.freeze
 
       # Turns the arguments into profile paths: a directory contributes its profile files, those of one
       # process (the one with the newest profile) if the periodic writer's names show several. Returns
@@ -61,7 +63,15 @@ module Heapscope
         note = nil
         paths = args.flat_map do |a|
           if File.directory?(a)
-            found = Dir.children(a).reject { |f| f.start_with?(".") }.grep(PROFILE_FILE).sort
+            found = begin
+              Dir.children(a)
+            rescue SystemCallError => e
+              raise Error, "#{a}: #{e.message.sub(/ @ .*/, "")}"
+            end
+            # Regular files only: a FIFO named like a profile would block the open forever, and a
+            # device could be endless (a path given by name may still be a pipe, as /dev/stdin).
+            found = found.reject { |f| f.start_with?(".") }.select { |f| f.b.match?(PROFILE_FILE) }
+            found = found.select { |f| File.file?(File.join(a, f)) }.sort
             raise Error, "#{a}: no profiles (*.pb.gz, *.pb, *.pprof) in this directory" if found.empty?
 
             found, note = one_process(a, found)
@@ -78,7 +88,7 @@ module Heapscope
       end
 
       def self.one_process(dir, names)
-        groups = names.group_by { |f| f[PERIODIC_NAME, :process] }
+        groups = names.group_by { |f| f.b[PERIODIC_NAME, :process] }
         return [names, nil] if groups.size < 2 || groups.key?(nil)
 
         newest = groups.max_by { |_, files| files.map { |f| mtime(File.join(dir, f)) }.max }
@@ -103,7 +113,7 @@ module Heapscope
         sites = {}
         points.each_with_index do |p, k|
           sampling = Sampling.new(p[:prof])
-          Sites.aggregate(p[:prof], by).each do |key, e|
+          Sites.aggregate(p[:prof], by, cum: []).each do |key, e|
             s = sites[key] ||= { entry: e, values: Array.new(points.size, 0), errors: Array.new(points.size, 0.0) }
             s[:values][k] = e.flat[p[:ti]]
             s[:errors][k] = sampling.absolute_error(e.flat, p[:ti])
@@ -148,16 +158,21 @@ module Heapscope
       end
 
       # {site key => {gc_age bucket => value}} of the newest profile (empty without gc_age labels).
+      # Ages are taken down to their power-of-two bucket, which heapscope's labels already are: at most
+      # 65 passes over the samples, however many distinct ages a profile makes up.
       def self.age_distribution(point, by)
         prof = point[:prof]
         out = Hash.new { |h, k| h[k] = Hash.new(0) }
-        by_age = prof.samples.group_by { |s| s.labels["gc_age"] }
+        by_age = prof.samples.group_by do |s|
+          age = s.labels["gc_age"]
+          next age unless age.is_a?(Integer)
+
+          age.positive? ? 1 << (age.bit_length - 1) : 0 # (no GC age is negative; such a label counts as 0)
+        end
         by_age.each do |age, samples|
           next unless age.is_a?(Integer)
 
-          part = Pprof::Profile.new(sample_types: prof.sample_types)
-          part.samples = samples
-          Sites.aggregate(part, by).each { |key, e| out[key][age] += e.flat[point[:ti]] }
+          Sites.aggregate(prof, by, samples: samples, cum: []).each { |key, e| out[key][age] += e.flat[point[:ti]] }
         end
         out
       end
@@ -207,7 +222,7 @@ module Heapscope
         lines << "Note: #{data["note"]}" if data["note"]
         if data["sites"].empty?
           lines << "No site grew across the series."
-          return lines.join("\n")
+          return lines.map { |l| Escape.terminal(l) }.join("\n")
         end
         lines << "Growing sites: #{data["growing_total"]}; steady growth first, by rate"
         table = [["rate/min", "error", "steady", "live now", "error", "age (GCs: share)", "verdict", "site"]]
@@ -221,7 +236,7 @@ module Heapscope
         lines << ""
         lines << "steady: intervals in which the site grew. age: share of its live #{data["sample_type"]} by GCs " \
                  "survived (old = #{data["old_age"]}+). error: sampling (and fit) error."
-        lines.join("\n")
+        lines.map { |l| Escape.terminal(l) }.join("\n")
       end
 
       def self.duration(minutes)

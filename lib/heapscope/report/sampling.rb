@@ -15,21 +15,40 @@ module Heapscope
     class Sampling
       attr_reader :sample_every, :period, :windows
 
+      SAMPLE_EVERY = /\bsample_every=(\d{1,19})(?!\d)/.freeze
+      WINDOWED = /\bsampling=windowed\b/.freeze
+      WINDOWS_OPENED = /\bwindows_opened=(\d{1,19})(?!\d)/.freeze
+
+      # {sample type name => index}, the first of a name winning as in Profile#sample_index: one Hash
+      # instead of a linear search per lookup (a profile can declare a million types).
+      def self.type_index(prof)
+        index = {}
+        prof.sample_type_names.each_with_index { |name, i| index[name] ||= i }
+        index
+      end
+
       def initialize(prof)
         @sample_every = nil
         @windows = nil
         prof.comments.each do |c|
-          m = c.match(/\bsample_every=(\d+)/) and @sample_every = m[1].to_i
-          w = c.match(/\bsampling=windowed\b.*\bwindows_opened=(\d+)/) and @windows = w[1].to_i
+          # Linear patterns only (a comment is the profile writer's text): "windowed ... windows_opened"
+          # is two searches, not one `.*` that backtracks over the comment for every "windowed" in it;
+          # numbers longer than 19 digits are not numbers a writer meant, and sample_every=0 gives no rate
+          # (it made every error infinite, which JSON cannot hold).
+          m = c.match(SAMPLE_EVERY)
+          @sample_every = m[1].to_i if m && m[1].to_i.positive?
+          at = c.index(WINDOWED) or next
+          w = c.match(WINDOWS_OPENED, at) and @windows = w[1].to_i
         end
         @period = prof.period if prof.period_type && prof.period_type[1] == "bytes" && prof.period.to_i.positive?
         @objects = {}
         @bytes = {}
+        index = Sampling.type_index(prof)
         prof.sample_type_names.each_with_index do |name, i|
           # Pair each type with its object count and byte size: inuse_space <-> inuse_objects.
           base = name.sub(/_(space|objects)\z/, "")
-          @objects[i] = prof.sample_index("#{base}_objects")
-          @bytes[i] = prof.sample_index("#{base}_space")
+          @objects[i] = index["#{base}_objects"]
+          @bytes[i] = index["#{base}_space"]
         end
       end
 

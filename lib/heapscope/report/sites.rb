@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "heapscope/pprof"
+require "heapscope/report/escape"
 
 module Heapscope
   module Report
@@ -24,14 +25,30 @@ module Heapscope
       BY = %w[line function class].freeze
       NO_CLASS = "(no class label)"
 
-      # Entry is one row: name for display, flat and cum are value vectors over all sample types.
+      # Entry is one row: name for display; flat is a value vector over all sample types, cum too, or a
+      # Hash {type index => value} of the types aggregate was asked for (its cum:).
       Entry = Struct.new(:key, :name, :function, :file, :line, :flat, :cum)
 
       module_function
 
       # Reads a profile file, turning every decoding problem into Report::Error (message names the file).
-      def load(path)
-        Pprof.read(path)
+      # max_size: the reading limit (Pprof::DEFAULT_MAX_SIZE when nil). Also refuses what the reports
+      # cannot use (a sample with more or fewer values than sample types) and makes every string of the
+      # profile valid UTF-8 (Escape.scrub), so nothing later trips over them.
+      def load(path, max_size: nil)
+        prof = Pprof.read(path, max_size: max_size || Pprof::DEFAULT_MAX_SIZE)
+        n = prof.sample_types.size
+        prof.samples.each_with_index do |s, i|
+          next if s.values.size == n
+
+          raise Error, "#{path}: sample #{i} has #{s.values.size} values, but the profile has #{n} sample types"
+        end
+        # Every string a report shows is an entry of the table (functions, labels and types refer to
+        # them), so fixing the table in place fixes them all.
+        prof.string_table.each { |str| str.replace(Escape.scrub(str)) unless str.valid_encoding? }
+        prof
+      rescue Pprof::LimitError => e
+        raise Error, "#{e.message} (--max-size SIZE raises it)"
       rescue Pprof::DecodeError => e
         raise Error, e.message
       end
@@ -43,7 +60,7 @@ module Heapscope
           raise Error, "#{path}: the profile has no sample types"
         elsif requested
           prof.sample_index(requested) or
-            raise Error, "#{path}: no sample type #{requested.inspect} (have: #{prof.sample_type_names.join(", ")})"
+            raise Error, "#{path}: no sample type #{requested.inspect} (have: #{type_list(prof)})"
         else
           [prof.default_sample_type, "inuse_space"].each do |name|
             i = name && prof.sample_index(name)
@@ -53,47 +70,229 @@ module Heapscope
         end
       end
 
-      # Returns {key => Entry}, summing every sample of prof.
-      def aggregate(prof, by)
+      # The profile's sample type names for a message, at most 20 of them.
+      def type_list(prof)
+        names = prof.sample_type_names
+        names.size > 20 ? "#{names.first(20).join(", ")}, ... (#{names.size} types)" : names.join(", ")
+      end
+
+      # Returns {key => Entry}, summing every sample of prof (or the given subset of its samples).
+      #
+      # Linear in the frames of the stacks, with a small constant, whatever the names' lengths: samples
+      # with the same stack are summed first; each location becomes its site ids once (site keys are
+      # hashed once per location, not per frame of every sample); a stack's sites are then looked up
+      # and deduplicated by Hash#values_at and Array#uniq, and only the cum sums run in Ruby, one integer
+      # addition per distinct site and type. The frames themselves are walked only for a stack that
+      # brings a site not seen before, to name it.
+      #
+      # cum: the sample type indexes whose cum values are wanted (nil: all). With a list, Entry#cum is a
+      # Hash {index => value} of just those: diff and leaks read flat only, top the type it shows and
+      # the ones its error needs, and a vector of every type per site would cost sites x types (a
+      # profile can declare a million types). Entry#flat is a vector of every type, shared and frozen
+      # for the sites that are never a leaf, so it costs types x leaf sites, which the input holds.
+      def aggregate(prof, by, samples: prof.samples, cum: nil)
         raise Error, "--by must be one of #{BY.join(", ")}, got #{by.inspect}" unless BY.include?(by)
 
         n = prof.sample_types.size
-        entries = {}
-        prof.samples.each do |s|
+        return aggregate_classes(samples, n) if by == "class"
+
+        # Location ids are 1..N in every writer we know: then an Array is the fastest map for values_at.
+        dense = prof.locations.size * 4 + 1024
+        dense = 0 if prof.locations.any? { |l| l.id >= dense }
+        st = { prof: prof, by: by, site_ids: {}, keys: [], names: [], order: [], single: dense.zero? ? {} : [],
+               dense: dense, multi: {}, fresh: {}, new_site: false }
+        flat = []       # site id -> values vector, for sites that are a leaf
+        all = cum.nil?
+        cum = (cum || (0...n)).to_h { |t| [t, []] } # type index -> site id -> cum value
+        sums_arrays = cum.values
+        deferred = cum.transform_values { {} } # type index -> location id -> sum for its sites (see count_multi)
+        stacks(samples, n).each do |ids, values|
+          seq = st[:single].values_at(*ids)
+          multi = seq.include?(nil) # a location not seen yet, or one with several sites
+          if multi
+            st[:fresh].clear
+            st[:new_site] = false
+            seq = ids.map { |lid| location_sites(st, lid) }
+            if st[:new_site]
+              name_sites(st, ids)
+              grow = st[:keys].size - (sums_arrays[0]&.size || 0)
+              sums_arrays.each { |sums| sums.concat(Array.new(grow, 0)) } if grow.positive?
+            end
+            multi = seq.any?(Array)
+          end
+          next if seq.empty?
+
+          leaf = multi && seq[0].is_a?(Array) ? seq[0][0] : seq[0]
+          if (f = flat[leaf])
+            add(f, values)
+          else
+            flat[leaf] = values.dup
+          end
+          next if cum.empty?
+
+          if multi
+            count_multi(st, ids, seq, values, cum, deferred)
+            next
+          end
+          uniq = seq.uniq
+          cum.each do |ct, c|
+            v = values[ct]
+            i = 0
+            m = uniq.size
+            while i < m
+              c[uniq[i]] += v
+              i += 1
+            end
+          end
+        end
+        deferred.each do |ct, sums|
+          c = cum[ct]
+          sums.each { |lid, v| st[:multi][lid].each { |sid| c[sid] += v } }
+        end
+        zeros = Array.new(n, 0).freeze
+        st[:order].to_h do |sid|
+          cums = all ? Array.new(n) { |t| cum[t][sid] } : cum.transform_values { |c| c[sid] }
+          [st[:keys][sid], new_entry(st[:keys][sid], st[:names][sid], by, flat[sid] || zeros, cums)]
+        end
+      end
+
+      # Counts cum for a stack with locations of several sites (inlined lines), without a step per site of
+      # them: a location's sum is kept per location (deferred) and added to each of its sites once at the
+      # end, so a location of 30,000 lines shared by 2,000 stacks costs 30,000 additions, not 60 million.
+      # Sites that two parts of the stack share (a line both inlined and called directly, recursion
+      # through distinct locations) would then count twice; C-level concat and uniq find whether there
+      # are any, and only then are those sites found (tally) and corrected.
+      def count_multi(st, ids, parts, values, cum, deferred)
+        singles = []
+        multis = []
+        parts.each_with_index { |p, k| p.is_a?(Array) ? multis << ids[k] : singles << p }
+        singles.uniq!
+        multis.uniq!
+        all = singles + multis.flat_map { |lid| st[:multi][lid] }
+        over = nil
+        if all.size != all.uniq.size
+          over = all.tally
+          over.select! { |_, count| count > 1 }
+        end
+        cum.each do |ct, c|
+          v = values[ct]
+          singles.each { |sid| c[sid] += v }
+          sums = deferred[ct]
+          multis.each { |lid| sums[lid] = (sums[lid] || 0) + v }
+          over&.each { |sid, count| c[sid] -= (count - 1) * v }
+        end
+      end
+
+      # [[location ids, values summed over the samples with that stack]] in first-seen order, leaving out
+      # samples whose values are all zero (as if they were not there).
+      def stacks(samples, n)
+        sums = {}
+        samples.each do |s|
           values = s.values
           next if values.all?(&:zero?)
 
-          if by == "class"
-            cls = s.labels["class"]
-            cls = cls.nil? ? NO_CLASS : cls.to_s
-            e = entries[cls] ||= Entry.new(cls, cls, cls, "", 0, Array.new(n, 0), Array.new(n, 0))
-            add(e.flat, values)
-            add(e.cum, values)
-            next
+          if (sum = sums[s.location_ids])
+            i = 0
+            while i < n
+              sum[i] += values[i]
+              i += 1
+            end
+          else
+            sums[s.location_ids] = values.dup
           end
+        end
+        sums
+      end
 
-          frames = s.frames
-          next if frames.empty?
+      # The site ids of a location's frames, leaf first; a location with one site is also kept in
+      # st[:single], which values_at reads for a whole stack at once.
+      def location_sites(st, lid)
+        single = st[:single]
+        found = single[lid] if single.is_a?(Hash) || lid < st[:dense]
+        return found if found
 
-          # Frames on the same line as the one before are one site; the outermost names it.
-          sites = []
-          frames.each do |f|
-            key = site_key(f, by)
-            if by == "line" && sites.last && sites.last[0] == key
-              sites.last[1] = f
-            else
-              sites << [key, f]
+        st[:multi][lid] ||= begin
+          st[:fresh][lid] = true
+          ids = st[:prof].frames_for([lid]).map do |f|
+            key = site_key(f, st[:by])
+            st[:site_ids][key] ||= begin
+              st[:new_site] = true
+              (st[:keys] << key).size - 1
             end
           end
-          seen = {}
-          sites.each do |key, f|
-            next if seen[key]
-
-            seen[key] = true
-            add(entry_for(entries, key, f, by, n).cum, values)
+          ids.uniq!
+          if ids.size == 1
+            single[lid] = ids[0] if single.is_a?(Hash) || lid < st[:dense]
+            ids[0]
+          else
+            ids # distinct, in leaf-first order: ids[0] is the location's leaf site
           end
-          key, f = sites.first
-          add(entry_for(entries, key, f, by, n).flat, values)
+        end
+      end
+
+      # Names every site of a stack that has no name yet by its frame, as the report shows it: by line,
+      # the outermost frame of the first run of consecutive frames on that line (the Ruby method, not
+      # the C function it called); by function, the frame itself. A site new in this stack can only be in
+      # locations first seen in this stack (st[:fresh]), so only their frames are walked (and a run's
+      # continuation into the next locations): each location once per profile, not every frame of every
+      # stack that brings one new leaf.
+      def name_sites(st, ids)
+        names = st[:names]
+        merge = st[:by] == "line"
+        ids.each_with_index do |lid, k|
+          next unless st[:fresh].delete(lid)
+
+          frames = st[:prof].frames_for([lid])
+          frames.each_with_index do |f, i|
+            sid = site_of(st, f)
+            next if names[sid]
+
+            name = f
+            if merge
+              fr = frames
+              j = i + 1
+              at = k
+              loop do
+                if j >= fr.size
+                  at += 1
+                  break if at >= ids.size
+
+                  fr = st[:prof].frames_for([ids[at]])
+                  j = 0
+                end
+                break unless site_of(st, fr[j]) == sid
+
+                name = fr[j]
+                j += 1
+              end
+            end
+            name_site(st, sid, name)
+          end
+        end
+      end
+
+      def site_of(st, frame)
+        st[:site_ids][site_key(frame, st[:by])]
+      end
+
+      def name_site(st, sid, frame)
+        return if st[:names][sid]
+
+        st[:names][sid] = frame
+        st[:order] << sid
+      end
+
+      def aggregate_classes(samples, n)
+        entries = {}
+        samples.each do |s|
+          values = s.values
+          next if values.all?(&:zero?)
+
+          cls = s.labels["class"]
+          cls = cls.nil? ? NO_CLASS : cls.to_s
+          e = entries[cls] ||= Entry.new(cls, cls, cls, "", 0, Array.new(n, 0), Array.new(n, 0))
+          add(e.flat, values)
+          add(e.cum, values)
         end
         entries
       end
@@ -105,20 +304,22 @@ module Heapscope
         end
       end
 
-      def entry_for(entries, key, frame, by, n)
-        entries[key] ||= begin
-          name = if by == "function" || frame.file.to_s.empty?
-                   frame.function
-                 else
-                   "#{frame.function} #{frame.file}:#{frame.line}"
-                 end
-          Entry.new(key, name, frame.function, frame.file, by == "line" ? frame.line : 0,
-                    Array.new(n, 0), Array.new(n, 0))
-        end
+      def new_entry(key, frame, by, flat, cum)
+        name = if by == "function" || frame.file.to_s.empty?
+                 frame.function
+               else
+                 "#{frame.function} #{frame.file}:#{frame.line}"
+               end
+        Entry.new(key, name, frame.function, frame.file, by == "line" ? frame.line : 0, flat, cum)
       end
 
       def add(into, values)
-        values.each_with_index { |v, i| into[i] += v }
+        i = 0
+        n = values.size
+        while i < n
+          into[i] += values[i]
+          i += 1
+        end
       end
     end
   end

@@ -11,7 +11,8 @@ module Heapscope
     #         flat  flat%   sum%       cum   cum%   error  site
     #     8.0 MiB  80.1%  80.1%   8.0 MiB  80.1%     ±2%  Cache#store app/cache.rb:12
     class Top < Command
-      USAGE = "usage: heapscope top FILE [-n 20] [--sample TYPE] [--by line|function|class] [--cum] [--json]"
+      USAGE = "usage: heapscope top FILE [-n 20] [--sample TYPE] [--by line|function|class] [--cum] [--json] " \
+              "[--max-size SIZE]"
 
       def defaults
         { n: 20, by: "line" }
@@ -27,9 +28,9 @@ module Heapscope
 
       def run(out)
         path = @args.first
-        data = self.class.report(Sites.load(path), path: path, **@opts.slice(:sample, :by, :cum, :n))
+        data = self.class.report(load_profile(path), path: path, **@opts.slice(:sample, :by, :cum, :n))
         if @opts[:json]
-          out.puts JSON.pretty_generate(data)
+          out.puts Escape.json(data)
         else
           out.puts self.class.text(data)
         end
@@ -41,14 +42,18 @@ module Heapscope
         ti = Sites.sample_index(prof, sample, path)
         name, unit = prof.sample_types[ti]
         sampling = Sampling.new(prof)
-        entries = Sites.aggregate(prof, by).values
+        # cum of the type shown and of the types its object count and error are read from (pairs like
+        # inuse_space and inuse_objects; see Sampling), not of every type: it is most of the work.
+        stem = name.sub(/_(space|objects)\z/, "")
+        objects_i = prof.sample_index(name.sub(/_space\z/, "_objects"))
+        wanted = [ti, objects_i, prof.sample_index("#{stem}_objects"), prof.sample_index("#{stem}_space")].compact.uniq
+        entries = Sites.aggregate(prof, by, cum: wanted).values
         total = prof.samples.sum { |s| s.values[ti] }
         sort = cum ? :cum : :flat
         entries.sort_by! { |e| [-e.send(sort)[ti], e.name] }
         sum = 0
         rows = entries.first(n).map do |e|
           sum += e.flat[ti]
-          objects_i = prof.sample_index(name.sub(/_space\z/, "_objects"))
           {
             "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
             "flat" => e.flat[ti], "flat_percent" => pct(e.flat[ti], total), "sum_percent" => pct(sum, total),
@@ -80,7 +85,8 @@ module Heapscope
         end
         lines.concat(Report.table(rows))
         lines << "(no samples)" if data["entries"].empty?
-        lines.join("\n")
+        # Names come from the profile: no control character of theirs reaches the terminal.
+        lines.map { |l| Escape.terminal(l) }.join("\n")
       end
 
       def self.pct(part, total)

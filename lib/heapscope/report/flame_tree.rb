@@ -1,0 +1,276 @@
+# frozen_string_literal: true
+
+require "heapscope/report/sampling"
+
+module Heapscope
+  module Report
+    # FlameTree aggregates the call trees of profiles (one, or [new, base] for a diff, whose sample types
+    # are matched to the first one's by name) into the node arrays a flame graph page draws:
+    #   {"frames" => [[function, file, line]], "parent" => [..], "frame" => [..],
+    #    "values" => [per type: [cumulative value per node]], "base" => same for profiles[1] or nil,
+    #    "capped" => true when a bound below cut the tree}
+    #
+    # A node is kept when its value is at least prune of the total in some type of some profile (the
+    # rest is folded into its parent), largest first, at most max_nodes of them and max_values values.
+    # The tree is grown best first from the root: a node is a group of stacks that share its call path,
+    # and expanding it splits the group by each stack's next frame. Pruned nodes are never built, and the
+    # groups waiting in the queue are disjoint, so memory is linear in the stacks: a full trie of 2,000
+    # distinct 3,000-frame stacks (a crafted 100 KB profile holds that) is 6 million nodes and gigabytes.
+    #
+    # A stack is its locations' frame arrays (shared between stacks) and a member of a group is a cursor
+    # into them (stack, location, line), so inlined lines are never copied out per stack. Work is one
+    # step per stack and level reached, bounded by a budget linear in the locations the stacks refer to
+    # (which a stack without inlined lines never reaches), so a small profile whose locations carry
+    # thousands of lines cannot make it quadratic.
+    class FlameTree
+      BUDGET_SLACK = 4_000_000
+
+      def initialize(profiles, prune:, max_nodes:, max_values:)
+        @profiles = profiles
+        @prune = prune
+        @ntypes = profiles.first.sample_types.size
+        @np = profiles.size
+        # The page holds ntypes x profiles values per node: bound those too (a profile can declare a
+        # million sample types).
+        @max_nodes = [[max_nodes, max_values / (@ntypes * @np)].min, 1].max
+      end
+
+      def build
+        collect
+        @parent = [0]
+        @frame = [0]
+        @sums = [@totals]
+        @queue = Heap.new
+        @steps = 0
+        refs = @stacks.sum(&:size)
+        @budget = 2 * refs + BUDGET_SLACK
+        members = []
+        @stacks.each_index { |x| members << x << 0 << 0 }
+        capped = false
+        expand(0, members, @totals, nil)
+        while (item = @queue.pop)
+          if @parent.size >= @max_nodes || @steps > @budget
+            capped = true
+            break
+          end
+          up, fid, v, group, score = item
+          @parent << up
+          @frame << fid
+          @sums << v
+          expand(@parent.size - 1, group, v, score)
+        end
+        output(capped)
+      end
+
+      private
+
+      # Sums the samples of each profile by stack (same location ids) and turns each stack into its
+      # locations' frame-id arrays, root first.
+      def collect
+        first = @profiles.first
+        @frames = [["all", "", 0]]
+        frame_ids = {}
+        @owner = []  # stack -> profile index
+        @values = [] # stack -> values (first's sample types)
+        @stacks = [] # stack -> [frame ids of a location, root first], root-most location first
+        @totals = @profiles.map { Array.new(@ntypes, 0) }
+        @profiles.each_with_index do |prof, pi|
+          index = Sampling.type_index(prof)
+          map = first.sample_type_names.map { |name| index[name] }
+          # Location id -> its frame ids, root first. Ids are 1..N in every writer we know: an Array then,
+          # which values_at reads for a whole stack in C.
+          dense = prof.locations.size * 4 + 1024
+          loc_frames = prof.locations.any? { |l| l.id >= dense } ? {} : []
+          grouped = {}
+          prof.samples.each do |s|
+            vals = map.map { |i| i ? s.values[i] : 0 }
+            next if vals.all?(&:zero?)
+
+            add(@totals[pi], vals)
+            if (sum = grouped[s.location_ids])
+              add(sum, vals)
+            else
+              grouped[s.location_ids] = vals
+            end
+          end
+          grouped.each do |ids, vals|
+            stack = loc_frames.values_at(*ids)
+            if stack.include?(nil)
+              stack = ids.map do |id|
+                known = loc_frames[id] if loc_frames.is_a?(Hash) || id < dense
+                known || prof.frames_for([id]).reverse.map! do |f|
+                  key = [f.function, f.file, f.line]
+                  frame_ids[key] ||= (@frames << key).size - 1
+                end.tap { |fr| loc_frames[id] = fr if loc_frames.is_a?(Hash) || id < dense }
+              end
+            end
+            stack.reverse!
+            # (A stack without frames stays: it ends at the root, whose value includes it.)
+            @owner << pi
+            @values << vals
+            @stacks << stack
+          end
+        end
+        @limits = @totals.map { |tot| tot.map { |v| [v.abs * @prune, 1].max.to_f } }
+      end
+
+      # Splits a node's members (flat [stack, location, line] cursors) by their next frame and queues
+      # the groups big enough to keep. The largest group's sums are the node's minus the others' (and
+      # those of the stacks that end here), so a stack's values are added again only when it falls into
+      # a smaller group, at most log2(stacks) times down its path: a chain of kept nodes that many stacks
+      # share costs one subtraction per node, not a pass over the stacks' values.
+      def expand(node, members, total, score)
+        groups = {}
+        rest = nil
+        stacks = @stacks
+        i = 0
+        n = members.size
+        @steps += n / 3
+        while i < n
+          x = members[i]
+          li = members[i + 1]
+          ln = members[i + 2]
+          i += 3
+          stack = stacks[x]
+          if li >= stack.size
+            rest ||= Array.new(@np) { Array.new(@ntypes, 0) }
+            add(rest[@owner[x]], @values[x])
+            next
+          end
+          lines = stack[li]
+          fid = lines[ln]
+          ln += 1
+          if ln == lines.size
+            li += 1
+            ln = 0
+          end
+          (groups[fid] ||= []) << x << li << ln
+        end
+        return if groups.empty?
+
+        # One way on, nothing ending here (a chain): the child holds exactly this node's stacks.
+        if rest.nil? && groups.size == 1
+          fid, group = groups.first
+          return @queue.push(score, [node, fid, total, group, score]) if score
+
+          return consider(node, fid, total, group)
+        end
+
+        rest ||= Array.new(@np) { Array.new(@ntypes, 0) }
+        big = groups.max_by { |_, g| g.size }[0]
+        got = {}
+        groups.each do |fid, group|
+          next if fid == big
+
+          v = Array.new(@np) { Array.new(@ntypes, 0) }
+          j = 0
+          while j < group.size
+            x = group[j]
+            add(v[@owner[x]], @values[x])
+            j += 3
+          end
+          v.each_with_index { |pv, pi| add(rest[pi], pv) }
+          got[fid] = v
+        end
+        got[big] = total.each_with_index.map { |tv, pi| tv.each_with_index.map { |x, t| x - rest[pi][t] } }
+        groups.each { |fid, group| consider(node, fid, got[fid], group) }
+      end
+
+      def consider(node, fid, v, group)
+        score = 0.0
+        v.each_with_index do |pv, pi|
+          lim = @limits[pi]
+          pv.each_with_index do |x, t|
+            r = x.abs / lim[t]
+            score = r if r > score
+          end
+        end
+        @queue.push(score, [node, fid, v, group, score]) if score >= 1
+      end
+
+      def output(capped)
+        used = {}
+        @frame.each { |fid| used[fid] ||= used.size }
+        out_frames = Array.new(used.size)
+        used.each { |fid, i| out_frames[i] = @frames[fid] }
+        {
+          "frames" => out_frames,
+          "parent" => @parent,
+          "frame" => @frame.map { |fid| used[fid] },
+          "values" => (0...@ntypes).map { |t| @sums.map { |v| v[0][t] } },
+          "base" => @np > 1 ? (0...@ntypes).map { |t| @sums.map { |v| v[1][t] } } : nil,
+          "capped" => capped,
+        }
+      end
+
+      def add(into, values)
+        i = 0
+        n = values.size
+        while i < n
+          into[i] += values[i]
+          i += 1
+        end
+      end
+
+      # Heap is a max-heap of items by score, first pushed first among equal scores (so the page is the
+      # same for the same profile).
+      class Heap
+        def initialize
+          @scores = []
+          @seqs = []
+          @items = []
+          @seq = 0
+        end
+
+        def push(score, item)
+          @scores << score
+          @seqs << (@seq += 1)
+          @items << item
+          i = @items.size - 1
+          while i.positive?
+            up = (i - 1) / 2
+            break unless before?(i, up)
+
+            swap(i, up)
+            i = up
+          end
+        end
+
+        def pop
+          return nil if @items.empty?
+
+          top = @items[0]
+          swap(0, @items.size - 1)
+          @scores.pop
+          @seqs.pop
+          @items.pop
+          i = 0
+          n = @items.size
+          while (l = 2 * i + 1) < n
+            c = l + 1 < n && before?(l + 1, l) ? l + 1 : l
+            break unless before?(c, i)
+
+            swap(i, c)
+            i = c
+          end
+          top
+        end
+
+        private
+
+        # True when entry a comes out before entry b: a higher score, or the same pushed earlier.
+        def before?(a, b)
+          sa = @scores[a]
+          sb = @scores[b]
+          sa > sb || (sa == sb && @seqs[a] < @seqs[b])
+        end
+
+        def swap(a, b)
+          @scores[a], @scores[b] = @scores[b], @scores[a]
+          @seqs[a], @seqs[b] = @seqs[b], @seqs[a]
+          @items[a], @items[b] = @items[b], @items[a]
+        end
+      end
+    end
+  end
+end
