@@ -76,17 +76,27 @@ class TestStressPeers < Minitest::Test
     RUBY
   end
 
-  # stackprof's object mode is a NEWOBJ hook that allocates (its frame buffers grow with xmalloc).
+  # stackprof's object mode is a NEWOBJ hook that allocates (its frame buffers grow with xmalloc): in
+  # both modes, and with GC.stress for part of the run.
   def test_objects_freed_under_stackprof_object_mode
-    run_cell("stackprof", <<~'RUBY')
+    [["always", "sample_every: 1, sampling: :always, max_overhead: nil", false],
+     ["default", "sample_every: 50", false], ["default_stress", "sample_every: 50", true]].each do |name, options, stress|
+      run_cell("stackprof_#{name}", STACKPROF_CELL.sub("OPTIONS", options).gsub("STRESS", stress.to_s))
+    end
+  end
+
+  STACKPROF_CELL = <<~'RUBY'
       require "stackprof"
       gcs_before = GC.count
-      Heapscope.start(sample_every: 1, sampling: :always, max_overhead: nil)
+      Heapscope.start(OPTIONS)
       kept = []
       2.times do |round|
         arr = Array.new(200_000 * SCALE) { Object.new }
         StackProf.run(mode: :object, interval: 1, raw: true) do
           arr = nil
+          GC.stress = STRESS
+          20.times { |i| kept << "stressed #{round} #{i}" } if STRESS
+          GC.stress = false
           100.times { Array.new(10_000) { |i| "t#{i}" } }
           kept << Array.new(500) { |i| "kept #{round} #{i}" }
         end
@@ -99,8 +109,7 @@ class TestStressPeers < Minitest::Test
       check(stats[:gc_runs_seen] + stats[:gc_runs_missed] == gcs, "every GC seen or missed: #{stats.slice(:gc_runs_seen, :gc_runs_missed)} of #{gcs}")
       check(stats[:suspect_records] == 0, "no suspect left: #{stats[:suspect_records]}")
       puts "OK #{stats.slice(:gc_runs_seen, :gc_runs_missed, :stale_records, :tracked_objects)}"
-    RUBY
-  end
+  RUBY
 
   # issue 11, item 2: an allocating Ractor crashed the application within 0.2 s in every mode. Now the
   # first Ractor.new switches heapscope off (one warning) before the Ractor runs.
