@@ -36,7 +36,7 @@ static bool settle_failure(void) {
   return reason != NULL || disabled_reason != NULL;
 }
 
-// Why profiling was switched off on purpose (Native._disable), or NULL.
+// Why profiling was switched off on purpose (Native._disable_for_ractor), or NULL.
 static const char *off_reason;
 
 static void raise_not_running(void) {
