@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "heapscope/report/sampling"
+require "heapscope/report/sites"
 
 module Heapscope
   module Report
@@ -86,9 +87,9 @@ module Heapscope
             vals = map.map { |i| i ? s.values[i] : 0 }
             next if vals.all?(&:zero?)
 
-            add(@totals[pi], vals)
+            Sites.add(@totals[pi], vals)
             if (sum = grouped[s.location_ids])
-              add(sum, vals)
+              Sites.add(sum, vals)
             else
               grouped[s.location_ids] = vals
             end
@@ -134,7 +135,7 @@ module Heapscope
           stack = stacks[x]
           if li >= stack.size
             rest ||= Array.new(@np) { Array.new(@ntypes, 0) }
-            add(rest[@owner[x]], @values[x])
+            Sites.add(rest[@owner[x]], @values[x])
             next
           end
           lines = stack[li]
@@ -166,10 +167,10 @@ module Heapscope
           j = 0
           while j < group.size
             x = group[j]
-            add(v[@owner[x]], @values[x])
+            Sites.add(v[@owner[x]], @values[x])
             j += 3
           end
-          v.each_with_index { |pv, pi| add(rest[pi], pv) }
+          v.each_with_index { |pv, pi| Sites.add(rest[pi], pv) }
           got[fid] = v
         end
         got[big] = total.each_with_index.map { |tv, pi| tv.each_with_index.map { |x, t| x - rest[pi][t] } }
@@ -201,15 +202,6 @@ module Heapscope
           "base" => @np > 1 ? (0...@ntypes).map { |t| @sums.map { |v| v[1][t] } } : nil,
           "capped" => capped,
         }
-      end
-
-      def add(into, values)
-        i = 0
-        n = values.size
-        while i < n
-          into[i] += values[i]
-          i += 1
-        end
       end
 
       # Heap is a max-heap of items by score, first pushed first among equal scores (so the page is the

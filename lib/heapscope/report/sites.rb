@@ -313,6 +313,8 @@ module Heapscope
         Entry.new(key, name, frame.function, frame.file, by == "line" ? frame.line : 0, flat, cum)
       end
 
+      # Adds the value vector values into into, element by element (a plain loop: the reports' hot path;
+      # FlameTree uses it too).
       def add(into, values)
         i = 0
         n = values.size
