@@ -72,40 +72,33 @@ class TestHardeningHttpDetails < Minitest::Test
     source
   end
 
-  # max_connections: a connection whose request the app is still answering is never evicted, so the
-  # next one is refused.
-  def test_a_503_at_the_connection_limit_has_the_common_headers
+  # A listener whose only slot (option: 1) is held by a request the app is still answering: the next
+  # request gets 503 with body, and the common headers; the held one is answered once released.
+  def assert_503_beside_a_held_request(option, body, label)
     gate = Queue.new
-    blocking = source_waiting_on(gate)
-    server = Heapscope::HttpServer.new(host: "127.0.0.1", port: 0, app: Heapscope::Rack.new(source: blocking), max_connections: 1).start
+    app = Heapscope::Rack.new(source: source_waiting_on(gate))
+    server = Heapscope::HttpServer.new(host: "127.0.0.1", port: 0, app: app, option => 1).start
     @servers << server
     held = Thread.new { http_get(server.port, "/debug/pprof/heap") }
     wait_for("the first request to reach the app") { gate.num_waiting == 1 }
-    status, headers, body = http_get(server.port, "/debug/pprof/heap")
+    status, headers, got = http_get(server.port, "/debug/pprof/heap")
     assert_equal 503, status
     assert_equal "1", headers["retry-after"]
-    assert_equal "too many connections\n", body
-    assert_common_headers(headers, "503 at max_connections")
+    assert_equal body, got
+    assert_common_headers(headers, label)
     gate << :go
     assert_equal 200, held.value.first
   end
 
+  # max_connections: a connection whose request the app is still answering is never evicted, so the
+  # next one is refused.
+  def test_a_503_at_the_connection_limit_has_the_common_headers
+    assert_503_beside_a_held_request(:max_connections, "too many connections\n", "503 at max_connections")
+  end
+
+  # max_requests: a request the app is still answering fills the only slot.
   def test_a_503_at_the_request_limit_has_the_common_headers
-    # max_requests: a request the app is still answering fills the only slot.
-    gate = Queue.new
-    blocking = source_waiting_on(gate)
-    app = Heapscope::Rack.new(source: blocking)
-    server = Heapscope::HttpServer.new(host: "127.0.0.1", port: 0, app: app, max_requests: 1).start
-    @servers << server
-    held = Thread.new { http_get(server.port, "/debug/pprof/heap") }
-    wait_for("the first request to reach the app") { gate.num_waiting == 1 }
-    status, headers, body = http_get(server.port, "/debug/pprof/heap")
-    assert_equal 503, status
-    assert_equal "1", headers["retry-after"]
-    assert_equal "too many requests at once (at most 1); retry\n", body
-    assert_common_headers(headers, "503 at max_requests")
-    gate << :go
-    assert_equal 200, held.value.first
+    assert_503_beside_a_held_request(:max_requests, "too many requests at once (at most 1); retry\n", "503 at max_requests")
   end
 
   def test_a_percent_encoded_percent_is_valid
