@@ -86,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int v = 0; v < HS_VALUE_COUNT; v++) values[v] = (int64_t)fz_bits(&in, fz_below(&in, 9));
     uint32_t class_id = fz_below(&in, 2) ? fz_below(&in, strings_total) : 0;
     int32_t gc_age = fz_below(&in, 2) ? (int32_t)fz_bits(&in, 4) : HS_NO_AGE;
-    FZ_ASSERT(snapshot_add_sample(s, offset, n, class_id, gc_age, values));
+    FZ_ASSERT(snapshot_add_sample(s, offset, n, class_id, gc_age, values, NULL));
   }
 
   // Header and comments (lines of any non-NUL bytes, empty lines included).

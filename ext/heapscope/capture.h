@@ -1,21 +1,21 @@
 // capture: the allocation hook, from an allocation to a record, and when the hooks are on.
 //
 //   allocation --NEWOBJ hook--> countdown hits 0? --no--> return (a decrement and a branch)
-//                                   | yes: a sample, or (windowed) the window's end: the hook removes itself
+//                                   | yes: a sample
 //                                   v
 //     rb_profile_frames into a preallocated buffer -> code ids (names.h) -> frame and stack ids
 //     (stacktab) -> class name id -> recorder_track. No Ruby allocation, no raise, no object id.
 //
-// Sampling modes: always (both hooks registered from start to stop) or windowed (window.h): the holder
-// object's dmark, run inside every GC's marking, registers the GC_END_MARK hook for that GC and ends a
-// stride; the next stride may get a window (the NEWOBJ hook with a delay and a length). Between windows
-// no hook is registered at all. Registering mallocs, which inside a GC needs care (capture.c).
+// Sampling modes: always (both hooks registered from start to stop) or windowed (schedule.h): the
+// NEWOBJ hook follows a random on/off schedule in time, set at sync points: the ticker thread's postponed
+// jobs (Ruby 3.3+), every GC (inside the holder's dmark, which also registers the GC_END_MARK hook for
+// that GC), and every profile. Between windows no hook is registered at all. Registering mallocs, which
+// inside a GC needs care (capture.c).
 //
-// Everything happens in the allocating thread or the GC. (A postponed job would have been the natural
-// place for the rest, but it runs only at the next interrupt check, which a long C call never reaches.)
-// Names that need Ruby allocation are read when a profile is built. The GC_END_MARK hook keeps the
-// records pointing only at live objects; the holder's dcompact follows objects moved by compaction. One
-// capture per process (the VM has one heap); all state is static.
+// Sampling happens in the allocating thread; threads registered with capture_exclude_thread (heapscope's
+// own) are left out. Names that need Ruby allocation are read when a profile is built. The GC_END_MARK
+// hook keeps the records pointing only at live objects; the holder's dcompact follows objects moved by
+// compaction. One capture per process (the VM has one heap); all state is static.
 //
 // NOTE: every function runs with the GVL held and none raises; capture_start reports failure by
 //       returning false (memory short).
@@ -34,20 +34,32 @@ typedef struct {
   uint32_t max_frames;
   uint32_t min_age; // kept for the profile's comments; snapshots take it as an argument
   double max_overhead; // the adaptive budget (budget.h); <= 0: always sample_every
-  bool windowed;       // windowed sampling (window.h); else the hook is on for every allocation
-  double window_share; // windowed: the most allocations the hook may be on for, e.g. 0.02
+  bool windowed;       // windowed sampling (schedule.h); else the hook is on for every allocation
+  double window_share; // windowed: the share of time the hook is on, e.g. 0.04 (schedule.h)
   recorder_config recorder;
 } capture_config;
 
 typedef struct {
   uint64_t samples_taken;     // allocations the sampler picked
   uint64_t skipped_internal;  // picked, but VM-internal (T_IMEMO and the like): not a Ruby object
+  uint64_t skipped_own;       // picked, but allocated by one of heapscope's own threads
   uint64_t dropped_no_memory; // picked, but interning its frames or class ran out of memory
   uint64_t frames_truncated;  // samples whose stack was deeper than max_frames
   uint64_t gc_end_marks;      // GCs observed
   uint64_t gc_end_marks_missed; // GCs that ran without our GC_END_MARK hook (see capture.c): counts may be off
   uint64_t gc_registrations_deferred; // windowed: GCs inside which no hook could be registered
-  uint64_t windows_opened, windows_skipped; // windowed: windows opened; GCs without one (hook-on share cap)
+  uint64_t windows_opened;    // windowed: windows opened
+  uint64_t sync_jobs;         // windowed: sync jobs run (the ticker's requests)
+  uint64_t sync_latency_nanos, sync_latency_max_nanos; // windowed: from the ticker's last request to its job (sum, max)
+  uint64_t ticker_failures;   // windowed: the ticker thread could not be started (windows change at GCs only)
+  uint64_t ticker_wakeups, ticker_triggers; // windowed: the ticker's work
+  uint64_t schedule_flips;    // windowed: changes of the schedule's state drawn
+  double share;               // windowed: the share of (virtual) time the hook is meant to be on (1 when always)
+  double realized_share;      // windowed: the share of virtual time it was on since start (see capture_weight_scale)
+  double mean_window_nanos;   // windowed: the schedule's mean window
+  double hook_cost_nanos;     // windowed: an enabled hook's cost per allocation, as measured
+  uint64_t own_nanos;         // heapscope's own time, left out of virtual time
+  uint32_t window;            // the current window's number (samples' clusters)
   uint64_t vm_allocations;    // allocations the VM made since start
   uint64_t hook_allocations;  // of which the allocation hook was on for (all of them when not windowed)
   uint32_t window_every;      // the sampling rate inside the current window (the rate when not windowed)
@@ -69,14 +81,33 @@ void capture_check_invariants(void);
 
 // Windowed sampling needs to register hooks inside the GC, which this Ruby may not allow (capture.c).
 bool capture_windowed_supported(void);
+// Whether windows can change at interrupt checks (the ticker: Ruby 3.3+), not only at GCs and profiles.
+bool capture_windowed_ticker(void);
 // GC.stress was switched (lib/heapscope.rb watches it on Ruby 3.1, see capture.c). Outside the GC.
 void capture_gc_stress_changed(bool on);
 // Outside the GC: counts the GCs that ran without our liveness pass (they make records suspects) and
 // has the recorder check its suspects, so that afterwards every record may be read. Never raises.
 void capture_settle_records(void);
-// Before a snapshot: capture_settle_records, then, in windowed mode, tells the recorder what the current
-// window's samples stand for so far. Never raises.
+// Before a snapshot: capture_settle_records, then (windowed) a sync point. Never raises.
 void capture_prepare_snapshot(void);
+
+// What every weight is multiplied by in a profile (a ratio estimate): the share of time the schedule
+// meant the hook to be on for, over the share of allocations it really was on for (both counted exactly).
+// They differ because windows open and close at sync points, not at the chain's flips: a window shorter
+// than a sync job's delay is lost, GC pauses hold windows without allocations, and hook-on code runs
+// slower. Windows are still placed independently of the program, so every allocation had the same
+// probability of being in one, which the realized share measures. 1 when always sampling, and before
+// any window. Never raises.
+double capture_weight_scale(void);
+
+// How the next snapshot turns samples into estimates: the weight scale and, windowed, the window still
+// open (recorder.h). Never raises.
+void capture_estimate(recorder_estimate *e);
+
+// heapscope's own threads: allocations made while one of these is current are never sampled. The table
+// holds MAX 32 threads (marked and pinned by capture); exclude returns false when it is full.
+bool capture_exclude_thread(VALUE thread);
+void capture_include_thread(VALUE thread);
 
 // Once, from Init: creates the object through which the GC marks and compacts capture's state.
 void capture_init(void);

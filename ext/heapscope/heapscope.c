@@ -121,6 +121,20 @@ static VALUE native_disable_for_ractor(VALUE self) {
   return was_running ? Qtrue : Qfalse;
 }
 
+// Native._exclude_thread(thread) -> true, or false when the table is full: thread's allocations are
+// never sampled (heapscope's own threads). Native._include_thread(thread) undoes it.
+static VALUE native_exclude_thread(VALUE self, VALUE thread) {
+  (void)self;
+  if (!rb_obj_is_kind_of(thread, rb_cThread)) rb_raise(rb_eTypeError, "expected a Thread");
+  return capture_exclude_thread(thread) ? Qtrue : Qfalse;
+}
+
+static VALUE native_include_thread(VALUE self, VALUE thread) {
+  (void)self;
+  capture_include_thread(thread);
+  return Qnil;
+}
+
 static VALUE native_running_p(VALUE self) {
   (void)self;
   settle_failure();
@@ -148,7 +162,8 @@ static char *profile_comments(uint32_t min_age) {
            "sample_every=%u current_sample_every=%u max_overhead=%g max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
            "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
            "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu gc_runs_missed=%llu\n"
-           "sampling=%s window_share=%g windows_opened=%llu windows_skipped=%llu hook_on_share=%.5f allocations=%llu\n"
+           "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f sample_every=%u current_sample_every=%u rate_lowered=%s "
+           "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=labels\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
@@ -158,9 +173,10 @@ static char *profile_comments(uint32_t min_age) {
            (unsigned long long)rs.dropped_tracked_cap, (unsigned long long)rs.dropped_stack_cap,
            (unsigned long long)(rs.dropped_no_memory + cs.dropped_no_memory),
            (unsigned long long)cs.gc_end_marks_missed,
-           c->windowed ? "windowed" : "always", c->windowed ? c->window_share : 1.0,
-           (unsigned long long)cs.windows_opened, (unsigned long long)cs.windows_skipped, hook_on_share(&cs),
-           (unsigned long long)cs.vm_allocations);
+           c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), c->sample_every, cs.current_every,
+           cs.current_every > c->sample_every || cs.rate_adjustments > 0 ? "true" : "false",
+           (unsigned long long)cs.windows_opened, hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
+           (unsigned long long)cs.skipped_own);
   return text;
 }
 
@@ -198,7 +214,9 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   }
   encode_job job = {0};
   capture_prepare_snapshot();
-  job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), RTEST(allocs), age);
+  recorder_estimate estimate;
+  capture_estimate(&estimate);
+  job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), RTEST(allocs), age, &estimate);
   if (job.snapshot == NULL) rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
   capture_check_invariants();
   if (settle_failure()) {
@@ -263,12 +281,25 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "sampling_ns", cs.sampling_nanos);
   set_u64(h, "rate_adjustments", cs.rate_adjustments);
   set(h, "sampling", ID2SYM(rb_intern(capture_current_config()->windowed ? "windowed" : "always")));
-  set(h, "window_share", capture_current_config()->windowed ? DBL2NUM(capture_current_config()->window_share) : Qnil);
+  set(h, "window_share", capture_current_config()->windowed ? DBL2NUM(cs.share) : Qnil);
+  set(h, "rate_lowered", cs.current_every > capture_current_config()->sample_every || cs.rate_adjustments > 0 ? Qtrue : Qfalse);
   set(h, "hook_on_share", DBL2NUM(hook_on_share(&cs)));
+  set(h, "realized_share", DBL2NUM(cs.realized_share));
+  set(h, "weight_scale", DBL2NUM(capture_weight_scale()));
   set_u64(h, "allocations", cs.vm_allocations);
   set_u64(h, "hook_allocations", cs.hook_allocations);
   set_u64(h, "windows_opened", cs.windows_opened);
-  set_u64(h, "windows_skipped", cs.windows_skipped);
+  set_u64(h, "sync_jobs", cs.sync_jobs);
+  set_u64(h, "sync_latency_ns", cs.sync_latency_nanos);
+  set_u64(h, "sync_latency_max_ns", cs.sync_latency_max_nanos);
+  set_u64(h, "ticker_wakeups", cs.ticker_wakeups);
+  set_u64(h, "ticker_triggers", cs.ticker_triggers);
+  set_u64(h, "ticker_failures", cs.ticker_failures);
+  set_u64(h, "schedule_flips", cs.schedule_flips);
+  set(h, "mean_window_ns", DBL2NUM(cs.mean_window_nanos));
+  set(h, "hook_cost_ns", DBL2NUM(cs.hook_cost_nanos));
+  set_u64(h, "own_ns", cs.own_nanos);
+  set_u64(h, "skipped_own", cs.skipped_own);
   set_u64(h, "window_sample_every", cs.window_every);
   set_u64(h, "gc_registrations_deferred", cs.gc_registrations_deferred);
   set_u64(h, "samples_taken", cs.samples_taken);
@@ -359,6 +390,8 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mNative, "_gc_stress_changed", native_gc_stress_changed, 1);
   // Windowed sampling is possible on this Ruby (capture_windowed_supported).
   rb_define_const(mNative, "WINDOWED_SUPPORTED", capture_windowed_supported() ? Qtrue : Qfalse);
+  // Windowed sampling with a ticker (Ruby 3.3+); without one windows change at GCs only (windows.c).
+  rb_define_const(mNative, "WINDOWED_TICKER", capture_windowed_ticker() ? Qtrue : Qfalse);
   // How this build reads mark bits (liveness.h): which exported function, for docs and tests.
   rb_define_const(mNative, "LIVENESS", rb_str_freeze(rb_str_new_cstr(liveness_mechanism())));
 #if !defined(HAVE_RB_GC_DISABLE_NO_REST) && RUBY_API_VERSION_CODE < 30200
@@ -370,6 +403,8 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mNative, "_stop", native_stop, 0);
   rb_define_singleton_method(mNative, "_disable_for_ractor", native_disable_for_ractor, 0);
   rb_define_singleton_method(mNative, "_running?", native_running_p, 0);
+  rb_define_singleton_method(mNative, "_exclude_thread", native_exclude_thread, 1);
+  rb_define_singleton_method(mNative, "_include_thread", native_include_thread, 1);
   rb_define_singleton_method(mNative, "_profile", native_profile, 2);
   rb_define_singleton_method(mNative, "_stats", native_stats, 0);
   rb_define_singleton_method(mNative, "_reset", native_reset, 0);

@@ -2,7 +2,8 @@
 //   Profile.sample_type: alloc_objects/count, alloc_space/bytes, inuse_objects/count, inuse_space/bytes
 //   Profile.sample: location ids leaf first; values already scaled by the sampling weight (pprof
 //     consumers do no unsampling of their own); labels "class" (str) and "gc_age" (num, GCs survived,
-//     bucket lower bound)
+//     bucket lower bound), and "<type>_var" (num, per value type that is not exact: the estimate's
+//     sampling variance, objects^2 or bytes^2; a sum of samples has the sum of their variances)
 //   one Location per distinct (function, file, line) (one Line each), one Function per distinct
 //   (name, file)
 //   string_table[0] == ""; location and function ids are 1..N in first-use order, so the output is
@@ -52,6 +53,9 @@ enum {
   tagFunction_Filename = 4,   // int64 (string index)
 };
 
+static const char *const variance_label_names[HS_VALUE_COUNT] = {
+  "alloc_objects_var", "alloc_space_var", "inuse_objects_var", "inuse_space_var",
+};
 static const char *const sample_type_names[HS_VALUE_COUNT][2] = {
   {"alloc_objects", "count"},
   {"alloc_space", "bytes"},
@@ -129,6 +133,8 @@ static void write_samples(encoder *e, pb_buffer *b) {
   int64_t class_key = literal(e, "class"), age_key = literal(e, "gc_age");
   // A unit keeps gc_age 0 visible: pprof readers drop a numeric label that is 0 and has no unit.
   int64_t gcs_unit = literal(e, "gcs");
+  int64_t variance_keys[HS_VALUE_COUNT];
+  for (int v = 0; v < HS_VALUE_COUNT; v++) variance_keys[v] = literal(e, variance_label_names[v]);
   for (size_t i = 0; i < s->sample_count && !e->failed; i++) {
     const hs_sample *sample = &s->samples[i];
     size_t start = pb_start_message(b);
@@ -138,6 +144,9 @@ static void write_samples(encoder *e, pb_buffer *b) {
     pb_packed_int64(b, tagSample_Value, sample->values, HS_VALUE_COUNT);
     if (sample->class_id != 0) write_label(b, class_key, mapped_string(e, sample->class_id), 0, 0);
     if (sample->gc_age != HS_NO_AGE) write_label(b, age_key, 0, sample->gc_age, gcs_unit);
+    for (int v = 0; v < HS_VALUE_COUNT; v++) {
+      if (sample->variances[v] != 0) write_label(b, variance_keys[v], 0, sample->variances[v], 0);
+    }
     pb_end_message(b, tagProfile_Sample, start);
   }
 }

@@ -10,6 +10,7 @@
 
 #include "idindex.h"
 #include "liveness.h"
+#include "variance.h"
 
 // Exported by libruby (ext/objspace uses it) but declared only in Ruby's internal headers.
 #ifdef HAVE_RB_OBJ_MEMSIZE_OF
@@ -19,7 +20,6 @@ size_t rb_obj_memsize_of(VALUE obj);
 enum {
   RECORD_UNMEASURED = 1,      // allocated, not yet measured (it was not initialised in the hook)
   RECORD_FROZEN_MEASURED = 2, // seen frozen: its size can no longer change
-  RECORD_PENDING = 4,         // taken in the current sampling window: its weight is not known yet
   RECORD_SUSPECT = 8,         // a GC we did not see may have freed its slot, even its page: never read it
                               // until recorder_check_suspects has found the slot on a live page
 };
@@ -30,9 +30,10 @@ typedef struct {
   uint32_t stack_id; // one reference to the stack is held by the record
   uint32_t class_id;
   uint32_t alloc_gc; // rb_gc_count() when allocated (mod 2^32)
-  uint32_t weight;   // allocations this sample stands for (0 while RECORD_PENDING)
+  uint32_t weight;   // allocations this sample stands for
   uint32_t flags;
-  uint32_t unused;
+  uint32_t window;   // the sampling window it was taken in: records of one window are one cluster
+  uint32_t window_allocations; // the allocations the hook saw in that window, once it closed (windowed)
 } record;
 _Static_assert(sizeof(record) <= 48, "the design budget is 48 bytes per tracked object");
 
@@ -44,8 +45,7 @@ typedef struct {
 typedef struct {
   alloc_key key;
   int64_t objects, bytes; // weighted
-  uint32_t pending;       // samples of the current window, weight not known yet (see recorder_commit_pending)
-  int64_t pending_bytes;  // their measured bytes, unweighted
+  cluster_sums sums;      // objects by window, for the variance (variance.h)
 } alloc_counter;
 
 struct recorder {
@@ -60,10 +60,13 @@ struct recorder {
   uint32_t alloc_count, alloc_capacity;
   idindex alloc_index;
 
-  uint32_t *pending_counters; // ids of counters with pending samples
-  uint32_t pending_count, pending_capacity;
-  double pending_weight;      // what a pending sample stands for so far (recorder_set_pending_weight)
   size_t suspect_count;       // records flagged RECORD_SUSPECT
+
+  // Windowed sampling: counters with samples in the current window (closed with its allocations by
+  // recorder_close_window), and every closed window's totals.
+  uint32_t *touched;
+  uint32_t touched_count, touched_capacity;
+  double windows, window_allocations, window_allocation_squares;
 
   recorder_stats stats;
 };
@@ -111,7 +114,7 @@ void recorder_free(recorder *r) {
   if (r == NULL) return;
   free(r->records);
   free(r->allocs);
-  free(r->pending_counters);
+  free(r->touched);
   idindex_free(&r->alloc_index);
   stacktab_free(r->stacks);
   strtab_free(r->strings);
@@ -145,21 +148,9 @@ static void *room_for_one(void *items, uint32_t *capacity, uint32_t count, size_
   return bigger;
 }
 
-// Puts counter id on the list recorder_commit_pending walks, unless it is there (it is exactly when it
-// has pending samples or bytes). Returns false when memory is short.
-static bool list_pending(recorder *r, uint32_t id) {
-  const alloc_counter *counter = &r->allocs[id - 1];
-  if (counter->pending != 0 || counter->pending_bytes != 0) return true;
-  uint32_t *ids = room_for_one(r->pending_counters, &r->pending_capacity, r->pending_count, sizeof *ids, 64);
-  if (ids == NULL) return false;
-  r->pending_counters = ids;
-  ids[r->pending_count++] = id;
-  return true;
-}
-
-// Adds weight allocations (0: one pending sample) to the counter of (stack_id, class_id), creating it
-// (and taking a reference to the stack) if new. Returns false when memory is short.
-static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t weight) {
+// Adds weight allocations taken in window to the counter of (stack_id, class_id), creating it (and
+// taking a reference to the stack) if new. Returns false when memory is short.
+static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t weight, uint32_t window) {
   uint32_t hash;
   uint32_t id = find_counter(r, stack_id, class_id, &hash);
   if (id == IDINDEX_NONE) {
@@ -173,12 +164,17 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
     stacktab_retain(r->stacks, stack_id);
   }
   alloc_counter *counter = &r->allocs[id - 1];
-  if (weight != 0) {
-    counter->objects += weight;
-    return true;
+  bool first_in_window = !counter->sums.has_current || counter->sums.window != window;
+  if (r->config.windowed && first_in_window) {
+    // (Memory short: the counter's window is closed later, without its allocations.)
+    uint32_t *touched = room_for_one(r->touched, &r->touched_capacity, r->touched_count, sizeof *touched, 64);
+    if (touched != NULL) {
+      r->touched = touched;
+      touched[r->touched_count++] = id;
+    }
   }
-  if (!list_pending(r, id)) return false;
-  counter->pending++;
+  cluster_sums_add(&counter->sums, window, 0.0, weight, (double)weight);
+  counter->objects += weight;
   return true;
 }
 
@@ -188,58 +184,34 @@ static void count_allocated_bytes(recorder *r, const record *rec, uint64_t size)
   uint32_t hash;
   uint32_t id = find_counter(r, rec->stack_id, rec->class_id, &hash);
   if (id == IDINDEX_NONE) return;
-  if (rec->flags & RECORD_PENDING) {
-    if (list_pending(r, id)) r->allocs[id - 1].pending_bytes += (int64_t)size;
-  } else r->allocs[id - 1].bytes += (int64_t)((uint64_t)rec->weight * size);
+  r->allocs[id - 1].bytes += (int64_t)((uint64_t)rec->weight * size);
 }
 
-// ---- Pending weights (windowed sampling) ----
-
-// x rounded down or up at random, so that the expected result is x: rounding stays unbiased in sums.
-static int64_t round_randomly(double x, uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  double down = floor(x);
-  return (int64_t)down + ((double)(z >> 11) * (1.0 / 9007199254740992.0) < x - down ? 1 : 0);
-}
-
-void recorder_set_pending_weight(recorder *r, double weight) { r->pending_weight = weight; }
-
-void recorder_commit_pending(recorder *r, double weight, uint64_t random) {
-  // Records are appended in order and every walk that drops records keeps the order, and a window's
-  // samples are the newest records: the pending ones are the array's tail. Walking it back from the end
-  // keeps this per-GC step proportional to the last window's samples, not to all records.
-  for (size_t i = r->record_count; i-- > 0;) {
-    record *rec = &r->records[i];
-    if (!(rec->flags & RECORD_PENDING)) break;
-    int64_t w = round_randomly(weight, &random);
-    rec->weight = w < 1 ? 1u : w > UINT32_MAX ? UINT32_MAX : (uint32_t)w;
-    rec->flags &= ~RECORD_PENDING;
+void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations) {
+  double a = (double)allocations;
+  for (uint32_t i = 0; i < r->touched_count; i++) {
+    cluster_sums *sums = &r->allocs[r->touched[i] - 1].sums;
+    if (sums->has_current && sums->window == window) cluster_sums_close(sums, a);
   }
-  for (uint32_t i = 0; i < r->pending_count; i++) {
-    alloc_counter *c = &r->allocs[r->pending_counters[i] - 1];
-    c->objects += round_randomly(c->pending * weight, &random);
-    c->bytes += round_randomly((double)c->pending_bytes * weight, &random);
-    c->pending = 0;
-    c->pending_bytes = 0;
-  }
-  r->pending_count = 0;
-  r->pending_weight = 0.0;
+  r->touched_count = 0;
+  // The window's records are the newest (records keep allocation order).
+  for (size_t i = r->record_count; i-- > 0 && r->records[i].window == window;) r->records[i].window_allocations = (uint32_t)(allocations > UINT32_MAX ? UINT32_MAX : allocations);
+  r->windows += 1.0;
+  r->window_allocations += a;
+  r->window_allocation_squares += a * a;
 }
 
 // ---- Records ----
 
 void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
-                    uint32_t alloc_gc, uint32_t weight) {
+                    uint32_t alloc_gc, uint32_t weight, uint32_t window) {
   uint32_t stack_id;
   switch (stacktab_acquire(r->stacks, frame_ids, n, &stack_id)) {
     case STACKTAB_OK: break;
     case STACKTAB_FULL: r->stats.dropped_stack_cap++; return;
     case STACKTAB_NOMEM: r->stats.dropped_no_memory++; return;
   }
-  if (!count_allocation(r, stack_id, class_id, weight)) {
+  if (!count_allocation(r, stack_id, class_id, weight, window)) {
     r->stats.dropped_no_memory++;
     stacktab_release(r->stacks, stack_id);
     return;
@@ -262,7 +234,7 @@ void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t 
   }
   r->records[r->record_count++] = (record){
     .obj = obj, .size = r->config.slot_size, .stack_id = stack_id, .class_id = class_id, .alloc_gc = alloc_gc,
-    .weight = weight, .flags = RECORD_UNMEASURED | (weight == 0 ? RECORD_PENDING : 0),
+    .weight = weight, .flags = RECORD_UNMEASURED, .window = window,
   };
 }
 
@@ -401,6 +373,9 @@ typedef struct {
 typedef struct {
   live_key key;
   int64_t objects, bytes;
+  // By window, for the variance (variance.h): records are in allocation order, so the records of one
+  // window are consecutive among a group's.
+  cluster_sums object_sums, byte_sums;
 } live_group;
 
 typedef struct {
@@ -417,7 +392,7 @@ static bool live_key_equals(const void *ctx, uint32_t id, const void *key) {
 // Measures every record, and sums those old enough for the profile per (stack, class, age bucket).
 // The walk always finishes (it also compacts out invalid records), even when memory runs short for
 // the grouping: then it returns false.
-static bool group_live_records(recorder *r, uint32_t min_age, live_groups *groups) {
+static bool group_live_records(recorder *r, uint32_t min_age, const recorder_estimate *e, live_groups *groups) {
   uint32_t gc_now = (uint32_t)rb_gc_count();
   bool grouping = true;
   size_t kept = 0;
@@ -448,9 +423,17 @@ static bool group_live_records(recorder *r, uint32_t min_age, live_groups *group
       id = ++groups->count;
       groups->groups[id - 1] = (live_group){.key = key};
     }
-    double weight = (rec->flags & RECORD_PENDING) ? r->pending_weight : (double)rec->weight;
-    groups->groups[id - 1].objects += llround(weight);
-    groups->groups[id - 1].bytes += llround(weight * (double)rec->size);
+    live_group *g = &groups->groups[id - 1];
+    double weight = (double)rec->weight;
+    double window_allocations = e->has_open_window && rec->window == e->open_window ? e->open_allocations : (double)rec->window_allocations;
+    g->objects += rec->weight;
+    g->bytes += llround(weight * (double)rec->size);
+    cluster_sums_add(&g->object_sums, rec->window, window_allocations, rec->weight, weight);
+    cluster_sums_add(&g->byte_sums, rec->window, window_allocations, rec->weight, weight * (double)rec->size);
+  }
+  for (uint32_t i = 0; grouping && i < groups->count; i++) {
+    cluster_sums_finish(&groups->groups[i].object_sums);
+    cluster_sums_finish(&groups->groups[i].byte_sums);
   }
   r->record_count = kept;
   return grouping;
@@ -528,19 +511,34 @@ static bool resolve_stack(stack_resolver *sr, uint32_t stack_id, uint32_t *offse
   return true;
 }
 
-static bool add_sample(stack_resolver *sr, uint32_t stack_id, uint32_t class_id, int32_t gc_age, const int64_t values[HS_VALUE_COUNT]) {
+static bool add_sample(stack_resolver *sr, uint32_t stack_id, uint32_t class_id, int32_t gc_age, const int64_t values[HS_VALUE_COUNT],
+                       const int64_t variances[HS_VALUE_COUNT]) {
   uint32_t offset, len;
   return resolve_stack(sr, stack_id, &offset, &len) &&
-         snapshot_add_sample(sr->snapshot, offset, len, class_id, gc_age, values);
+         snapshot_add_sample(sr->snapshot, offset, len, class_id, gc_age, values, variances);
 }
 
-hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age) {
+// A variance as a whole number (labels are integers), saturated.
+static int64_t variance_value(double v) { return !(v > 0.0) ? 0 : v >= 9.2e18 ? INT64_MAX : llround(v); }
+
+hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age, const recorder_estimate *e) {
+  const double scale = e->scale;
+  // The design's totals, the window still open counted as if it closed now.
+  cluster_design design = {
+    .ratio = e->windowed, .scale = scale, .share = e->share, .windows = r->windows,
+    .allocations = r->window_allocations, .allocation_squares = r->window_allocation_squares,
+  };
+  if (e->windowed && e->has_open_window) {
+    design.windows += 1.0;
+    design.allocations += e->open_allocations;
+    design.allocation_squares += e->open_allocations * e->open_allocations;
+  }
   recorder_check_suspects(r); // before sizing anything by record_count: it may finish a GC
   hs_snapshot *s = snapshot_new();
   live_groups groups = {.groups = rec_malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
   stack_resolver sr = {.r = r, .code_names = code_names, .snapshot = s};
   bool ok = s != NULL && groups.groups != NULL && idindex_init(&groups.index, 64) &&
-            group_live_records(r, min_age, &groups);
+            group_live_records(r, min_age, e, &groups);
   if (ok) {
     // Stack ids are dense (freed ids are reused), so a table of one slot per id up to the largest.
     uint32_t max_id = 0;
@@ -553,16 +551,24 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
   // Allocation counters first (alloc_* values, no gc_age), then live groups (inuse_* values).
   for (uint32_t i = 0; ok && i < r->alloc_count; i++) {
     const alloc_counter *c = &r->allocs[i];
-    int64_t objects = c->objects + llround(c->pending * r->pending_weight);
-    int64_t bytes = c->bytes + llround((double)c->pending_bytes * r->pending_weight);
-    if (objects == 0) continue;
-    int64_t values[HS_VALUE_COUNT] = {objects, bytes, 0, 0};
-    ok = add_sample(&sr, c->key.stack_id, c->key.class_id, HS_NO_AGE, values);
+    if (c->objects == 0) continue;
+    // Bytes are measured after the fact, not per window: their variance is the objects' at the
+    // counter's mean size.
+    cluster_sums sums = c->sums;
+    if (e->has_open_window && sums.has_current && sums.window == e->open_window) cluster_sums_close(&sums, e->open_allocations);
+    else cluster_sums_finish(&sums);
+    double objects_variance = cluster_sums_variance(&sums, &design);
+    double mean_size = (double)c->bytes / (double)c->objects;
+    int64_t values[HS_VALUE_COUNT] = {llround((double)c->objects * scale), llround((double)c->bytes * scale), 0, 0};
+    int64_t variances[HS_VALUE_COUNT] = {variance_value(objects_variance), variance_value(objects_variance * mean_size * mean_size), 0, 0};
+    ok = add_sample(&sr, c->key.stack_id, c->key.class_id, HS_NO_AGE, values, variances);
   }
   for (uint32_t i = 0; ok && i < groups.count; i++) {
     const live_group *g = &groups.groups[i];
-    int64_t values[HS_VALUE_COUNT] = {0, 0, g->objects, g->bytes};
-    ok = add_sample(&sr, g->key.stack_id, g->key.class_id, (int32_t)g->key.age_bucket, values);
+    int64_t values[HS_VALUE_COUNT] = {0, 0, llround((double)g->objects * scale), llround((double)g->bytes * scale)};
+    int64_t variances[HS_VALUE_COUNT] = {0, 0, variance_value(cluster_sums_variance(&g->object_sums, &design)),
+                                         variance_value(cluster_sums_variance(&g->byte_sums, &design))};
+    ok = add_sample(&sr, g->key.stack_id, g->key.class_id, (int32_t)g->key.age_bucket, values, variances);
   }
   free(groups.groups);
   idindex_free(&groups.index);
@@ -583,7 +589,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
 void recorder_reset_allocs(recorder *r) {
   for (uint32_t i = 0; i < r->alloc_count; i++) stacktab_release(r->stacks, r->allocs[i].key.stack_id);
   r->alloc_count = 0;
-  r->pending_count = 0;
+  r->touched_count = 0;
   idindex_free(&r->alloc_index);
   // If this fails the index is empty with no slots, which still works: the next insert allocates.
   (void)idindex_init(&r->alloc_index, 256);
@@ -601,6 +607,6 @@ void recorder_get_stats(const recorder *r, recorder_stats *stats) {
   stats->strings = strtab_count(r->strings) - 1;
   stats->memory_bytes = sizeof(recorder) + sizeof(record) * r->record_capacity +
                         sizeof(alloc_counter) * r->alloc_capacity + idindex_memory(&r->alloc_index) +
-                        sizeof(uint32_t) * r->pending_capacity +
+                        sizeof(uint32_t) * r->touched_capacity +
                         stacktab_memory(r->stacks) + strtab_memory(r->strings);
 }

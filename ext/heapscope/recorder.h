@@ -39,6 +39,7 @@ typedef struct {
   uint32_t max_stacks;          // distinct live stacks past this are refused (dropped_stack_cap)
   bool track_sizes;             // measure objects with memsize_of (else every object is slot_size)
   uint32_t slot_size;           // the size assumed when sizes are not tracked
+  bool windowed;                // samples come in windows closed by recorder_close_window (variance.h)
 } recorder_config;
 
 typedef struct {
@@ -67,13 +68,14 @@ strtab *recorder_strings(recorder *r);
 stacktab *recorder_stacks(recorder *r);
 
 // Starts tracking obj, allocated at the stack frame_ids[0..n) (leaf first), of class class_id (a
-// string id), when rb_gc_count() was alloc_gc; it stands for weight allocations, or, with weight 0, for
-// the current sampling window's weight, not known yet (see recorder_commit_pending). Called from the
+// string id), when rb_gc_count() was alloc_gc; it stands for weight (>= 1) allocations and was taken in
+// sampling window number `window` (samples of one window are one cluster for the variance; a new number
+// per sample when each is drawn on its own; numbers only ever grow). Called from the
 // allocation hook: never allocates Ruby objects, never raises (failures are counted). The object is
 // not initialised yet, so it is measured later: at the end of the next GC's marking (its
 // "allocation size", counted in alloc_space) or at the next snapshot, whichever comes first.
 void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
-                    uint32_t alloc_gc, uint32_t weight);
+                    uint32_t alloc_gc, uint32_t weight, uint32_t window);
 
 // Inside GC, at RUBY_INTERNAL_EVENT_GC_END_MARK: measures records not yet measured (except T_DATA,
 // whose dsize functions are extension code not to be run inside the GC) and drops records of objects
@@ -93,19 +95,28 @@ void recorder_check_suspects(recorder *r);
 bool recorder_has_suspects(const recorder *r);
 
 // Builds a snapshot (see snapshot.h): live objects that survived at least min_age GCs, grouped by
-// (stack, class, gc_age bucket), plus the allocation counters; sizes are re-measured first (objects
+// (stack, class, gc_age bucket), plus the allocation counters, each with the variance of its values
+// (the sum over windows of the window's weighted total squared, times 1 - 1/weight: windows are
+// clusters, and a weight of 1 is exact); sizes are re-measured first (objects
 // seen frozen keep their size). Frames are named through code_names, which the caller resolved just
 // before (names_resolve). allocs marks it as an allocations profile. NULL when memory is short.
-hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age);
+// How a snapshot turns samples into estimates (variance.h): the weight scale every value is multiplied
+// by (capture_weight_scale), and, windowed, the share and the window still open with the allocations it
+// has seen so far.
+typedef struct {
+  double scale;
+  bool windowed;
+  double share;
+  bool has_open_window;
+  uint32_t open_window;
+  double open_allocations;
+} recorder_estimate;
+hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age, const recorder_estimate *e);
 
-// Windowed sampling (window.h): a sample's weight is known only when its window's stride ends, at the
-// next window. Until then the sample is pending: snapshots count it at the weight set here (what it
-// stands for so far; 0 before any is set). Never allocates, never raises.
-void recorder_set_pending_weight(recorder *r, double weight);
-// Gives every pending sample (records and allocation counters) its final weight, rounded up or down at
-// random (random seeds it) so that sums stay unbiased. Walks the records; may run inside the GC (it
-// reads no object). Never allocates, never raises.
-void recorder_commit_pending(recorder *r, double weight, uint64_t random);
+// Windowed sampling: window number `window` closed after the hook saw `allocations` allocations in it.
+// Its samples' clusters get those allocations (the ratio estimate's variance, variance.h). Reads no
+// object; may run inside the GC; never allocates.
+void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations);
 
 // Zeroes the allocation counters (and releases the stacks only they kept alive).
 void recorder_reset_allocs(recorder *r);

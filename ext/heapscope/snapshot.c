@@ -67,7 +67,7 @@ uint32_t snapshot_add_stack(hs_snapshot *s, const uint32_t *location_ids, uint32
 }
 
 bool snapshot_add_sample(hs_snapshot *s, uint32_t offset, uint32_t n, uint32_t class_id, int32_t gc_age,
-                         const int64_t values[HS_VALUE_COUNT]) {
+                         const int64_t values[HS_VALUE_COUNT], const int64_t variances[HS_VALUE_COUNT]) {
   if (!ensure((void **)&s->samples, &s->sample_capacity, s->sample_count + 1, sizeof(hs_sample))) return false;
   hs_sample *sample = &s->samples[s->sample_count++];
   sample->locations_offset = offset;
@@ -75,5 +75,7 @@ bool snapshot_add_sample(hs_snapshot *s, uint32_t offset, uint32_t n, uint32_t c
   sample->class_id = class_id;
   sample->gc_age = gc_age;
   memcpy(sample->values, values, sizeof(sample->values));
+  if (variances != NULL) memcpy(sample->variances, variances, sizeof(sample->variances));
+  else memset(sample->variances, 0, sizeof(sample->variances));
   return true;
 }

@@ -32,6 +32,7 @@ typedef struct {
   uint32_t class_id;         // string id of the class name; 0 = no class label
   int32_t gc_age;            // lower bound of the gc_age bucket; HS_NO_AGE = no gc_age label
   int64_t values[HS_VALUE_COUNT];
+  int64_t variances[HS_VALUE_COUNT]; // the estimated sampling variance of each value (0: exact or unknown)
 } hs_sample;
 
 typedef struct {
@@ -61,8 +62,10 @@ uint32_t snapshot_location_id(hs_snapshot *snapshot, hs_location location);
 // UINT32_MAX when memory is short.
 uint32_t snapshot_add_stack(hs_snapshot *snapshot, const uint32_t *location_ids, uint32_t n);
 
-// Appends a sample over the stack at offset (from snapshot_add_stack). False when memory is short.
+// Appends a sample over the stack at offset (from snapshot_add_stack), with its values' variances
+// (NULL: all 0). False when memory is short.
 bool snapshot_add_sample(hs_snapshot *snapshot, uint32_t offset, uint32_t n, uint32_t class_id, int32_t gc_age,
-                         const int64_t values[HS_VALUE_COUNT]) __attribute__((warn_unused_result));
+                         const int64_t values[HS_VALUE_COUNT], const int64_t variances[HS_VALUE_COUNT])
+    __attribute__((warn_unused_result));
 
 #endif

@@ -1,0 +1,88 @@
+#include "schedule.h"
+
+#include <math.h>
+
+// An exponential duration of the given mean, in nanoseconds, at least 1.
+static uint64_t exponential(schedule *s, double mean) {
+  // u uniform in (0, 1]: -log(u) is Exp(1).
+  double u = (double)((sampler_random(&s->random) >> 11) + 1) * (1.0 / 9007199254740992.0);
+  double d = -log(u) * mean;
+  if (!(d < 1e17)) d = 1e17;
+  return d < 1.0 ? 1u : (uint64_t)d;
+}
+
+static double mean_off(const schedule *s) { return s->mean_on_nanos * (1.0 - s->share) / s->share; }
+
+static uint64_t draw_period(schedule *s) { return exponential(s, s->on ? s->mean_on_nanos : mean_off(s)); }
+
+void schedule_init(schedule *s, double share, uint32_t sample_every, uint64_t now, uint64_t seed) {
+  if (sample_every < 1) sample_every = 1;
+  if (!(share > 0.0)) share = 1.0 / sample_every;
+  if (share > 1.0) share = 1.0;
+  double every = round(share * sample_every);
+  if (every < 1.0) every = 1.0;
+  *s = (schedule){
+    .share = every / sample_every,
+    .mean_on_nanos = SCHEDULE_MIN_MEAN_ON_NANOS,
+    .sample_every = sample_every,
+    .window_every = (uint32_t)every,
+    .at = now,
+    .next_retune = now + SCHEDULE_RETUNE_NANOS,
+  };
+  sampler_init(&s->random, 2, seed);
+  if (s->share >= 1.0) {
+    s->on = true;
+    s->next_change = UINT64_MAX; // always on
+    return;
+  }
+  // Stationary start: on with probability share; a memoryless period has the same law from any point.
+  s->on = (double)(sampler_random(&s->random) >> 11) * (1.0 / 9007199254740992.0) < s->share;
+  s->next_change = now + draw_period(s);
+}
+
+// The mean window two sync jobs per window can afford.
+static double affordable_mean_on(const schedule *s) {
+  double wanted = 2.0 * s->sync_nanos * s->share / SCHEDULE_SYNC_SHARE; // a cycle lasts D / share
+  if (wanted < SCHEDULE_MIN_MEAN_ON_NANOS) wanted = SCHEDULE_MIN_MEAN_ON_NANOS;
+  if (wanted > SCHEDULE_MAX_MEAN_ON_NANOS) wanted = SCHEDULE_MAX_MEAN_ON_NANOS;
+  return wanted;
+}
+
+// At a retune moment: only changes of a quarter or more (each one redraws the pending period).
+static void retune(schedule *s) {
+  uint64_t at = s->next_retune;
+  s->next_retune = at + SCHEDULE_RETUNE_NANOS;
+  double wanted = affordable_mean_on(s);
+  if (fabs(wanted - s->mean_on_nanos) < 0.25 * s->mean_on_nanos) return;
+  s->mean_on_nanos = wanted;
+  s->next_change = at + draw_period(s);
+}
+
+bool schedule_state_at(schedule *s, uint64_t now) {
+  if (now < s->at) now = s->at;
+  for (;;) {
+    if (s->next_retune <= now && s->next_retune <= s->next_change && s->share < 1.0) {
+      retune(s);
+    } else if (s->next_change <= now) {
+      s->on = !s->on;
+      s->flips++;
+      s->next_change += draw_period(s);
+    } else {
+      break;
+    }
+  }
+  s->at = now;
+  return s->on;
+}
+
+uint64_t schedule_next_event(const schedule *s) {
+  if (s->share >= 1.0) return UINT64_MAX;
+  return s->next_retune < s->next_change ? s->next_retune : s->next_change;
+}
+
+void schedule_note_sync_cost(schedule *s, double nanos) {
+  if (!(nanos >= 0.0)) return;
+  s->sync_nanos = s->sync_nanos == 0.0 ? nanos : 0.9 * s->sync_nanos + 0.1 * nanos;
+}
+
+double schedule_weight(const schedule *s, uint32_t window_every) { return (double)window_every / s->share; }

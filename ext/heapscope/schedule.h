@@ -1,0 +1,91 @@
+// schedule: when the allocation hook is on in windowed sampling (the default), and what a sample weighs.
+//
+// An enabled NEWOBJ hook costs every allocation about 380 instructions, sampled or not (the VM leaves its
+// fast allocation path), so in windowed mode it is on only a small share c of the time, in many short
+// windows. Whether it should be on is a two-state Markov chain in time: on-periods last Exp(D), off-periods
+// Exp(D (1 - c) / c), and the chain starts in its stationary distribution (on with probability c). So at
+// any moment chosen without looking at the chain, it is on with probability exactly c.
+//
+// The hook's actual state can only change where heapscope gets control: at an interrupt check (a
+// postponed job a timer thread asks for when the chain flips, ticker.h) and inside a GC. At each such
+// sync point capture sets the hook to the chain's state *at that moment*. An allocation is therefore
+// sampled-from iff the chain was on at the last sync point before it; sync points come from the program
+// (its interrupt checks, its GCs), not from the chain, so that happens with probability c, wherever the
+// allocation falls: between GCs, after an idle phase, inside a long C call that checks no interrupts
+// (its allocations all see the state of the last sync before the call), in any thread. Inside a window
+// each allocation is sampled with probability 1 / window_every (a geometric countdown, sampler.h). An
+// allocation's inclusion probability is c / window_every = 1 / sample_every, the same for all: every
+// sample weighs sample_every (Horvitz-Thompson), a fixed number, never more.
+//
+// Time is *virtual*: monotonic time minus heapscope's own work (sampling, the hook's cost per hook-on
+// allocation, sync jobs), which happens only while the hook is on and would otherwise stretch on-periods
+// over less of the program's own work: allocation-dense code would be under-sampled.
+//
+// Windows are clusters: the samples of one window come from one stretch of the program, and their
+// survival is correlated. Variance is estimated per window (recorder.c), so error bars count that.
+//
+// Pure C, no Ruby: unit-tested on its own (test/c/test_schedule.c). Not thread-safe: capture.c and the
+// ticker share one schedule under a mutex.
+#ifndef HEAPSCOPE_SCHEDULE_H
+#define HEAPSCOPE_SCHEDULE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sampler.h"
+
+// The shortest mean window: timer wake-ups are not much finer than this.
+#ifndef SCHEDULE_MIN_MEAN_ON_NANOS
+#define SCHEDULE_MIN_MEAN_ON_NANOS 100000.0 // 100 us
+#endif
+// The longest mean window (reached only when sync jobs are very slow, as under valgrind).
+#define SCHEDULE_MAX_MEAN_ON_NANOS 50000000.0 // 50 ms
+// Sync jobs (two per window) may take about this share of time; the mean window is lengthened until
+// they do (schedule_note_sync_cost).
+#ifndef SCHEDULE_SYNC_SHARE
+#define SCHEDULE_SYNC_SHARE 0.002
+#endif
+// How often (virtual time) the mean window is retuned to the sync jobs' cost: at fixed moments, so that
+// when the rates change does not depend on the chain's state (which would break its stationarity).
+#define SCHEDULE_RETUNE_NANOS 500000000ull // 0.5 s
+
+typedef struct {
+  double share;          // c: the chain's stationary probability of being on (adjusted, see schedule_init)
+  double mean_on_nanos;  // D
+  uint32_t sample_every; // the rate sought overall (1 in N)
+  uint32_t window_every; // the rate inside a window: 1 in window_every = share * sample_every
+  bool on;               // the chain's state at `at`
+  uint64_t at;           // virtual nanoseconds up to which the chain has been drawn
+  uint64_t next_change;  // virtual nanoseconds at which it flips next
+  uint64_t next_retune;  // virtual nanoseconds at which the mean window is retuned next
+  double sync_nanos;     // a moving average of a sync job's cost (0: none measured yet)
+  uint64_t flips;        // changes drawn so far
+  sampler random;        // the chain's own random numbers (not the allocation countdown's)
+} schedule;
+
+// Prepares s to run from virtual time now, on about `share` of the time (0 < share <= 1), for a rate of 1
+// in sample_every (>= 1). The share is adjusted so that share * sample_every is a whole number, the
+// in-window rate (at least 1: a sample_every below 1 / share raises the share to 1 / sample_every; it is
+// never lowered). The first state is drawn from the stationary distribution.
+void schedule_init(schedule *s, double share, uint32_t sample_every, uint64_t now, uint64_t seed);
+
+// The chain's state at virtual time now, drawing its flips up to now. A now before the last one asked
+// counts as the last one (the chain never runs backwards).
+bool schedule_state_at(schedule *s, uint64_t now);
+
+// When the chain may flip next (virtual nanoseconds), as drawn so far: its next flip, or the next retune
+// moment if that comes first (it may redraw the flip). UINT64_MAX: never (a share of 1).
+uint64_t schedule_next_event(const schedule *s);
+
+// Takes a sync job's measured cost into a moving average. At the next retune moment, where two jobs per
+// window would take more than SCHEDULE_SYNC_SHARE of the time, the mean window is lengthened (or
+// shortened back, never under SCHEDULE_MIN_MEAN_ON_NANOS). Both periods are rescaled alike, so the
+// share and the stationary distribution stay as they are; the time to the next flip is drawn anew at
+// that moment (the periods are memoryless).
+void schedule_note_sync_cost(schedule *s, double nanos);
+
+// What one sample taken inside a window at the in-window rate 1 in window_every stands for:
+// window_every / share (sample_every when window_every is the one schedule_init chose).
+double schedule_weight(const schedule *s, uint32_t window_every);
+
+#endif

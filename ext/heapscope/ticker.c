@@ -1,0 +1,128 @@
+#include "ticker.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+static struct {
+  bool running;
+  bool stopping;     // guarded by wake_lock
+  ticker_config config;
+  pthread_t thread;
+  pthread_mutex_t wake_lock; // guards stopping; the condition the thread sleeps on
+  pthread_cond_t wake;
+  ticker_stats stats;
+} t = {.wake_lock = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t monotonic_nanos(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// Sleeps until monotonic time `until` or a stop. Returns false when stopping.
+static bool sleep_until(uint64_t until) {
+  struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u), .tv_nsec = (long)(until % 1000000000u)};
+  pthread_mutex_lock(&t.wake_lock);
+  while (!t.stopping && monotonic_nanos() < until) {
+    if (pthread_cond_timedwait(&t.wake, &t.wake_lock, &ts) == ETIMEDOUT) break;
+  }
+  bool go_on = !t.stopping;
+  pthread_mutex_unlock(&t.wake_lock);
+  return go_on;
+}
+
+static void *run(void *unused) {
+  (void)unused;
+#ifdef __linux__
+  // The default 50 us timer slack would lengthen every period: windows are about 100 us.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
+  const ticker_config *c = &t.config;
+  bool requested = false;       // a request is out for `requested_state`
+  bool requested_state = false;
+  uint64_t next_request = 0, interval = TICKER_RETRIGGER_NANOS;
+  do {
+    t.stats.wakeups++;
+    pthread_mutex_lock(c->lock);
+    uint64_t now_virtual = c->virtual_now();
+    bool on = schedule_state_at(c->schedule, now_virtual);
+    uint64_t next_event = schedule_next_event(c->schedule);
+    pthread_mutex_unlock(c->lock);
+
+    uint64_t now = monotonic_nanos();
+    // Virtual time runs no faster than monotonic time, so this sleep never passes the next event.
+    uint64_t wait = next_event == UINT64_MAX ? TICKER_MAX_RETRIGGER_NANOS : next_event - now_virtual;
+    if (on != c->applied()) {
+      if (!requested || requested_state != on) {
+        interval = TICKER_RETRIGGER_NANOS;
+        next_request = now;
+      }
+      if (now >= next_request) {
+        __atomic_store_n(&t.stats.last_trigger_nanos, monotonic_nanos(), __ATOMIC_RELAXED);
+        c->trigger();
+        t.stats.triggers++;
+        requested = true;
+        requested_state = on;
+        next_request = now + interval;
+        interval = interval * 2 > TICKER_MAX_RETRIGGER_NANOS ? TICKER_MAX_RETRIGGER_NANOS : interval * 2;
+      }
+      if (next_request - now < wait) wait = next_request - now;
+    } else {
+      requested = false;
+    }
+    if (wait > TICKER_MAX_RETRIGGER_NANOS) wait = TICKER_MAX_RETRIGGER_NANOS;
+    if (!sleep_until(now + wait)) break;
+  } while (true);
+  return NULL;
+}
+
+bool ticker_start(const ticker_config *config) {
+  if (t.running) return true;
+  t.config = *config;
+  t.stopping = false;
+  memset(&t.stats, 0, sizeof t.stats);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&t.wake, &attr);
+  pthread_condattr_destroy(&attr);
+  // Process-directed signals must go to Ruby's threads, never to this one: blocked here, inherited.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  int err = pthread_create(&t.thread, NULL, run, NULL);
+  pthread_sigmask(SIG_SETMASK, &previous, NULL);
+  if (err != 0) {
+    pthread_cond_destroy(&t.wake);
+    return false;
+  }
+  t.running = true;
+  return true;
+}
+
+void ticker_stop(void) {
+  if (!t.running) return;
+  pthread_mutex_lock(&t.wake_lock);
+  t.stopping = true;
+  pthread_cond_signal(&t.wake);
+  pthread_mutex_unlock(&t.wake_lock);
+  pthread_join(t.thread, NULL);
+  pthread_cond_destroy(&t.wake);
+  t.running = false;
+}
+
+bool ticker_running(void) { return t.running; }
+
+void ticker_forget_after_fork(void) {
+  t.running = false;
+  t.stopping = false;
+  pthread_mutex_init(&t.wake_lock, NULL);
+  pthread_cond_init(&t.wake, NULL);
+}
+
+void ticker_get_stats(ticker_stats *stats) { *stats = t.stats; }

@@ -1,0 +1,53 @@
+// ticker: the timer thread of windowed sampling. A native thread that never touches Ruby: it sleeps
+// until the schedule's chain may flip (schedule.h) and, whenever the chain's state differs from the
+// hook's state as capture last applied it, asks for a sync through the trigger callback (capture posts a
+// postponed job: rb_postponed_job_trigger, which any thread may call). It asks again, at growing
+// intervals, while the two still differ: the job runs at the next interrupt check of the thread Ruby
+// flagged, and that thread may have gone to sleep meanwhile, with another one running.
+//
+// The ticker never decides anything itself: the state applied is always the chain's state at the
+// moment of the sync (capture.c), so a late or lost wake-up costs windows, never accuracy.
+//
+// Contract: the schedule is shared with capture under config.lock, which the ticker holds only to read
+// the chain (never while sleeping). virtual_now is called with the lock held; applied and trigger
+// without it, and must be async-signal-safe (an atomic load; a flag and a wake-up). One ticker per
+// process; all functions are called with the GVL held (from capture) and never raise.
+#ifndef HEAPSCOPE_TICKER_H
+#define HEAPSCOPE_TICKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "schedule.h"
+
+// The first renewed request comes this long after the first one; each next one twice as long after,
+// up to TICKER_MAX_RETRIGGER_NANOS (an idle process is woken rarely).
+#define TICKER_RETRIGGER_NANOS 1000000ull      // 1 ms
+#define TICKER_MAX_RETRIGGER_NANOS 100000000ull // 100 ms
+
+typedef struct {
+  schedule *schedule;
+  pthread_mutex_t *lock;
+  uint64_t (*virtual_now)(void); // virtual nanoseconds (schedule.h), called with lock held
+  bool (*applied)(void);         // whether the hook is on, as capture last applied it
+  void (*trigger)(void);         // asks for a sync soon
+} ticker_config;
+
+typedef struct {
+  uint64_t wakeups;  // times the thread woke
+  uint64_t triggers; // sync requests made
+  uint64_t last_trigger_nanos; // monotonic time of the last request
+} ticker_stats;
+
+// Starts the thread (signals blocked in it). False when it could not be created (nothing started).
+bool ticker_start(const ticker_config *config);
+// Stops the thread and waits for it. No-op when not running.
+void ticker_stop(void);
+bool ticker_running(void);
+// In a forked child, where the thread does not exist: forgets it without joining (the lock is the
+// caller's to reinitialise). ticker_start may then start a new one.
+void ticker_forget_after_fork(void);
+void ticker_get_stats(ticker_stats *stats);
+
+#endif

@@ -1,0 +1,135 @@
+// Unit tests for ext/heapscope/schedule.c: the chain is on for its share of the time, at any moment
+// chosen without looking at it (the property every estimate rests on), also after a retune; its path
+// does not depend on how often it is asked; weights are exactly sample_every.
+//
+// The statistical checks allow 5 standard errors: each fails by chance with probability below 1e-6.
+#include "../../ext/heapscope/schedule.h"
+#include "check.h"
+
+#include <math.h>
+
+static const double D = SCHEDULE_MIN_MEAN_ON_NANOS;
+
+// |observed - expected| within 5 standard errors of a proportion p over n trials.
+static bool near_share(double observed, double p, double n) { return fabs(observed - p) <= 5.0 * sqrt(p * (1.0 - p) / n); }
+
+static void test_share_is_adjusted_to_whole_rates(void) {
+  schedule s;
+  schedule_init(&s, 0.04, 1000, 0, 1);
+  CHECK_EQ_U64(s.window_every, 40);
+  CHECK(s.share == 0.04);
+  CHECK(schedule_weight(&s, s.window_every) == 1000.0);
+  // 0.04 * 333 = 13.32: 13 in the window, so the share is 13/333, and a sample still weighs 333.
+  schedule_init(&s, 0.04, 333, 0, 1);
+  CHECK_EQ_U64(s.window_every, 13);
+  CHECK(fabs(schedule_weight(&s, s.window_every) - 333.0) < 1e-9);
+  // A rate too high for the share: the share goes up, the rate never down.
+  schedule_init(&s, 0.04, 10, 0, 1);
+  CHECK_EQ_U64(s.window_every, 1);
+  CHECK(fabs(s.share - 0.1) < 1e-12);
+  CHECK(fabs(schedule_weight(&s, 1) - 10.0) < 1e-9);
+  // The budget doubling the in-window rate doubles the weight.
+  schedule_init(&s, 0.04, 1000, 0, 1);
+  CHECK(schedule_weight(&s, 80) == 2000.0);
+}
+
+static void test_sample_every_one_is_always_on(void) {
+  schedule s;
+  schedule_init(&s, 0.04, 1, 0, 7);
+  CHECK(s.share == 1.0);
+  CHECK_EQ_U64(s.window_every, 1);
+  for (uint64_t t = 0; t < 1000000000ull; t += 12345677) CHECK(schedule_state_at(&s, t));
+  CHECK(schedule_next_event(&s) == UINT64_MAX);
+}
+
+// Over many chains, the share of those on at one fixed moment: at the start, within a window's length,
+// long after, and past retunes.
+static void test_on_with_probability_share_at_any_moment(void) {
+  const double moments[] = {0, D / 3, 2 * D, 50 * D, 1.7e9};
+  const int chains = 40000;
+  for (size_t m = 0; m < sizeof moments / sizeof moments[0]; m++) {
+    int on = 0;
+    for (int i = 0; i < chains; i++) {
+      schedule s;
+      schedule_init(&s, 0.04, 1000, 1000, 0x1234567ull + (uint64_t)i * 7919 + m * 104729);
+      on += schedule_state_at(&s, 1000 + (uint64_t)moments[m]);
+    }
+    CHECK(near_share((double)on / chains, 0.04, chains));
+  }
+}
+
+// One long chain: the time it spends on, and the mean length of its windows.
+static void test_long_run_share_and_window_length(void) {
+  schedule s;
+  schedule_init(&s, 0.05, 1000, 0, 99);
+  uint64_t t = 0, on_time = 0, windows = 0;
+  bool on = schedule_state_at(&s, 0);
+  while (windows < 200000) {
+    uint64_t next = schedule_next_event(&s);
+    bool now_on = schedule_state_at(&s, next);
+    if (on) on_time += next - t;
+    if (!on && now_on) windows++;
+    on = now_on;
+    t = next;
+  }
+  double share = (double)on_time / (double)t;
+  // On-periods are exponential: mean and sd D, so the share's error is about share * sqrt(2 / windows).
+  CHECK(fabs(share - 0.05) < 5 * 0.05 * sqrt(2.0 / windows));
+  double mean_on = (double)on_time / (double)windows;
+  CHECK(fabs(mean_on - D) < 5 * D / sqrt((double)windows));
+}
+
+// The path is drawn once: asking often or rarely sees the same states at the same moments, and asking
+// about the past sees the present.
+static void test_path_does_not_depend_on_asking(void) {
+  schedule often, rarely;
+  schedule_init(&often, 0.04, 1000, 0, 424242);
+  schedule_init(&rarely, 0.04, 1000, 0, 424242);
+  int differ = 0;
+  for (uint64_t t = 0; t < 200000000ull; t += 1000) {
+    bool a = schedule_state_at(&often, t);
+    if (t % 1000000 == 0) differ += a != schedule_state_at(&rarely, t);
+  }
+  CHECK(differ == 0);
+  bool now = schedule_state_at(&often, 300000000ull);
+  CHECK(schedule_state_at(&often, 5) == now);
+}
+
+// A costly sync lengthens windows at the next retune moment, keeping the share at every moment.
+static void test_retune_keeps_the_share(void) {
+  schedule s;
+  schedule_init(&s, 0.04, 1000, 0, 5);
+  schedule_note_sync_cost(&s, 50000.0); // 50 us per job: 2 * 50 us * 0.04 / 0.002 = 2 ms windows
+  CHECK(s.mean_on_nanos == D);
+  schedule_state_at(&s, SCHEDULE_RETUNE_NANOS - 1);
+  CHECK(s.mean_on_nanos == D);
+  schedule_state_at(&s, SCHEDULE_RETUNE_NANOS);
+  CHECK(fabs(s.mean_on_nanos - 2000000.0) < 1.0);
+  // Cheap again: shortened back, never below the minimum.
+  for (int i = 0; i < 200; i++) schedule_note_sync_cost(&s, 10.0);
+  schedule_state_at(&s, 2 * SCHEDULE_RETUNE_NANOS);
+  CHECK(s.mean_on_nanos == D);
+  // Stationary across the retune: many chains, costly from the start, asked just after it.
+  const int chains = 40000;
+  int on = 0;
+  for (int i = 0; i < chains; i++) {
+    schedule c;
+    schedule_init(&c, 0.04, 1000, 0, 777 + (uint64_t)i * 31);
+    schedule_note_sync_cost(&c, 50000.0);
+    on += schedule_state_at(&c, SCHEDULE_RETUNE_NANOS + 1000);
+  }
+  CHECK(near_share((double)on / chains, 0.04, chains));
+  // The next event never lies beyond the next retune moment.
+  schedule_init(&s, 0.001, 1000, 0, 3);
+  CHECK(schedule_next_event(&s) <= SCHEDULE_RETUNE_NANOS);
+}
+
+int main(void) {
+  test_share_is_adjusted_to_whole_rates();
+  test_sample_every_one_is_always_on();
+  test_on_with_probability_share_at_any_moment();
+  test_long_run_share_and_window_length();
+  test_path_does_not_depend_on_asking();
+  test_retune_keeps_the_share();
+  return check_report("test_schedule");
+}
