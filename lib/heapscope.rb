@@ -2,6 +2,7 @@
 
 require_relative "heapscope/version"
 require_relative "heapscope/atomic_write"
+require_relative "heapscope/internal"
 require_relative "heapscope/heapscope" # the C extension: Heapscope::Native
 
 # heapscope: which lines of code allocated the objects that are still alive, how many, how big, how old.
@@ -23,9 +24,9 @@ module Heapscope
     track_sizes: true,
     max_tracked_objects: 1_000_000,
     max_stacks: 100_000,
-    max_overhead: 0.01,
+    max_overhead: 0.01, # off (nil) when sample_every is given and max_overhead is not: see start
     sampling: nil, # :windowed, or :always; nil: :windowed unless sample_every is 1 (see docs/configuration.md)
-    window_share: 0.02,
+    window_share: 0.04,
   }.freeze
   SAMPLING_MODES = %i[windowed always].freeze
 
@@ -37,8 +38,14 @@ module Heapscope
 
   class << self
     # Starts sampling allocations. Raises ArgumentError for a bad option, Heapscope::Error if running.
+    #
+    # Exact means exact: a sample_every the caller chose is never lowered behind their back, so giving
+    # sample_every without max_overhead turns the overhead budget off (sample_every: 1 then records
+    # every allocation). The default rate keeps the default budget; max_overhead given explicitly
+    # always wins.
     def start(**options)
       config = check_options(options, START_DEFAULTS, "start")
+      config[:max_overhead] = nil if options.key?(:sample_every) && !options.key?(:max_overhead)
       check_integer(config, :sample_every, 1, 2**31 - 1)
       check_integer(config, :max_frames, 1, MAX_FRAMES_LIMIT)
       check_integer(config, :min_age, 0, 2**31 - 1)
@@ -80,18 +87,23 @@ module Heapscope
     #   gc:      run a full GC first, so the profile reflects what is really alive now.
     #   type:    :heap (viewers show inuse_space) or :allocs (default sample type alloc_space).
     #   min_age: leave out objects that survived fewer GCs than this (default: the start option).
+    #
+    # Building it allocates (the String, the decoded options) on the caller's thread: that is
+    # heapscope's work, so it runs excluded from sampling (Heapscope.internal).
     def profile(**options)
-      opts = check_profile_options(options)
-      GC.start(full_mark: true, immediate_sweep: true) if opts[:gc] && running?
-      # Raises Heapscope::Error when not running, saying why (never started, stopped, or disabled by
-      # the fail-safe after an internal error).
-      Native._profile(opts[:type] == :allocs, opts[:min_age] || @config&.fetch(:min_age) || 0)
+      internal do
+        opts = check_profile_options(options)
+        GC.start(full_mark: true, immediate_sweep: true) if opts[:gc] && running?
+        # Raises Heapscope::Error when not running, saying why (never started, stopped, or disabled by
+        # the fail-safe after an internal error).
+        Native._profile(opts[:type] == :allocs, opts[:min_age] || @config&.fetch(:min_age) || 0)
+      end
     end
 
     # Writes profile(**options) to path atomically (temp file in the same directory, then rename),
-    # so a reader never sees a partial file. Returns path.
+    # so a reader never sees a partial file. Returns path. Excluded from sampling, as profile is.
     def write(path, **options)
-      Heapscope.write_atomically(path.to_s, profile(**options))
+      internal { Heapscope.write_atomically(path.to_s, profile(**options)) }
     end
 
     # Counters of the recorder (a Hash with Symbol keys; see docs/configuration.md#stats), and, when
@@ -137,17 +149,18 @@ module Heapscope
       value = config[key]
       return if (nil_ok && value.nil?) || (value.is_a?(Numeric) && value.real? && value > 0 && value <= 1)
 
-      what = key == :window_share ? "a fraction of allocations" : "a fraction of run time"
+      what = key == :window_share ? "the fraction of time the allocation hook is on" : "a fraction of run time"
       raise ArgumentError, "#{key} must be a number above 0 and at most 1 (#{what})#{nil_ok ? " or nil" : ""}, got #{value.inspect}"
     end
 
     # The sampling mode to use: windowed by default, except that sample_every: 1 (every allocation)
     # needs the hook on for every allocation, and Rubies where windows cannot open (see
-    # Native::WINDOWED_SUPPORTED) sample always.
+    # Native::WINDOWED_SUPPORTED) or can change only at GCs (Ruby 3.1: no Native::WINDOWED_TICKER, so a
+    # short run may see no window at all) sample always.
     def check_sampling(config)
       mode = config[:sampling]
       if mode.nil?
-        return config[:sample_every] == 1 || !Native::WINDOWED_SUPPORTED ? :always : :windowed
+        return config[:sample_every] == 1 || !Native::WINDOWED_SUPPORTED || !Native::WINDOWED_TICKER ? :always : :windowed
       end
       unless SAMPLING_MODES.include?(mode)
         raise ArgumentError, "sampling must be one of #{SAMPLING_MODES.map(&:inspect).join(", ")} (or nil for the default), got #{mode.inspect}"
@@ -207,3 +220,16 @@ module Heapscope
   Ractor.singleton_class.prepend(RactorWatch) if defined?(Ractor)
 end
 
+
+# Everything the running paths use later is loaded now, before Heapscope.start can run: a require
+# after start would add heapscope's own objects (ISeqs' strings, constants, the files' tables) to the
+# user's profile, and on a user's thread. The surfaces (autostart, Rack and the listener, periodic files,
+# Pyroscope, fork), the delta and ?debug=1 readers (pprof, report/sampling). The report commands
+# (report/cli and what it loads) are not a running path: they read files, in their own process.
+require_relative "heapscope/fork"
+require_relative "heapscope/pprof"
+require_relative "heapscope/env_config"
+require_relative "heapscope/rack"
+require_relative "heapscope/http_server"
+require_relative "heapscope/periodic_writer"
+require_relative "heapscope/pyroscope"

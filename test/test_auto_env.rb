@@ -187,19 +187,38 @@ class TestAutoEnv < Minitest::Test
   def test_autostart_passes_sampling_and_window_share
     skip_unless_native
     script = "p Heapscope.config.values_at(:sampling, :window_share); p Heapscope.stats.values_at(:sampling, :window_share)"
-    {
-      { "HEAPSCOPE_SAMPLING" => "always", "HEAPSCOPE_WINDOW_SHARE" => "0.25" } => "[:always, 0.25]\n[:always, nil]\n",
-      { "HEAPSCOPE_SAMPLE_EVERY" => "1" } => "[:always, 0.02]\n[:always, nil]\n",
-    }.each do |vars, expected|
-      out, err, status = capture(ruby_env(vars), script)
-      assert status.success?, err
-      assert_equal [expected, ""], [out, err], vars.inspect
-    end
-    out, err, status = capture(ruby_env("HEAPSCOPE_WINDOW_SHARE" => "0.25"), "p Heapscope::Native::WINDOWED_SUPPORTED; #{script}")
+    assert_autostart_prints(script,
+                            { "HEAPSCOPE_SAMPLING" => "always", "HEAPSCOPE_WINDOW_SHARE" => "0.25" } => "[:always, 0.25]\n[:always, nil]\n",
+                            { "HEAPSCOPE_SAMPLE_EVERY" => "1" } => "[:always, 0.04]\n[:always, nil]\n")
+    # Windowed is the default where windows can change at interrupt checks (Ruby 3.3+), always elsewhere.
+    out, err, status = capture(ruby_env("HEAPSCOPE_WINDOW_SHARE" => "0.25"),
+                               "p Heapscope::Native::WINDOWED_SUPPORTED && Heapscope::Native::WINDOWED_TICKER; #{script}")
     assert status.success?, err
     supported, rest = out.split("\n", 2)
     expected = supported == "true" ? "[:windowed, 0.25]\n[:windowed, 0.25]\n" : "[:always, 0.25]\n[:always, nil]\n"
     assert_equal [expected, ""], [rest, err]
+  end
+
+  # Exact means exact: HEAPSCOPE_SAMPLE_EVERY alone turns the budget off; HEAPSCOPE_MAX_OVERHEAD set
+  # too (a fraction or off) wins; neither keeps the default budget.
+  def test_autostart_sample_every_is_never_lowered_unless_max_overhead_is_set
+    skip_unless_native
+    script = "p Heapscope.config[:max_overhead]; p Heapscope.stats.values_at(:max_overhead, :sample_every, :current_sample_every)"
+    assert_autostart_prints(script,
+                            {} => "0.01\n[0.01, 1000, 1000]\n",
+                            { "HEAPSCOPE_SAMPLE_EVERY" => "1" } => "nil\n[nil, 1, 1]\n",
+                            { "HEAPSCOPE_SAMPLE_EVERY" => "1", "HEAPSCOPE_MAX_OVERHEAD" => "0.05" } => "0.05\n[0.05, 1, 1]\n",
+                            { "HEAPSCOPE_SAMPLE_EVERY" => "7", "HEAPSCOPE_MAX_OVERHEAD" => "off" } => "nil\n[nil, 7, 7]\n",
+                            { "HEAPSCOPE_MAX_OVERHEAD" => "off" } => "nil\n[nil, 1000, 1000]\n")
+  end
+
+  # Runs script under autostart with each set of variables; it must print what is expected, nothing on stderr.
+  def assert_autostart_prints(script, cases)
+    cases.each do |vars, expected|
+      out, err, status = capture(ruby_env(vars), script)
+      assert status.success?, err
+      assert_equal [expected, ""], [out, err], vars.inspect
+    end
   end
 
   def test_port_in_use_keeps_the_app_profiled_without_listener

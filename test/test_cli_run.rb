@@ -84,6 +84,11 @@ class TestCliRun < Minitest::Test
         'heapscope run: --window-share "1.5" is invalid: must be a number above 0 and at most 1',
       ["run", "--window-share", "off", "--", "ruby"] =>
         'heapscope run: --window-share "off" is invalid: must be a number above 0 and at most 1',
+      ["run", "--max-overhead", "--", "ruby"] => "heapscope run: --max-overhead needs a value (--max-overhead FRACTION)",
+      ["run", "--max-overhead", "0", "--", "ruby"] =>
+        'heapscope run: --max-overhead "0" is invalid: must be a number above 0 and at most 1, or off',
+      ["run", "--max-overhead=lots", "--", "ruby"] =>
+        'heapscope run: --max-overhead "lots" is invalid: must be a number above 0 and at most 1, or off',
     }.each do |args, line|
       out, err, code = heapscope(*args)
       assert_equal [2, "", "#{line}\n"], [code, out, err], args.inspect
@@ -180,6 +185,23 @@ class TestCliRun < Minitest::Test
     out, err, code = heapscope("run", "--sampling", "always", "--dir", @tmp, "--", RbConfig.ruby, "-e", script,
                                env: { "HEAPSCOPE_SAMPLING" => "windowed", "HEAPSCOPE_WINDOW_SHARE" => "0.125" })
     assert_equal [0, "[:always, 0.125]\n:always\n"], [code, out], err
+  end
+
+  # --max-overhead reaches the child (off turns the budget off); --sample-every alone turns it off too,
+  # so the rate asked for is the rate recorded (issue 17, item 4).
+  def test_run_max_overhead_and_exact_sample_every
+    skip_unless_native
+    script = "p Heapscope.config.values_at(:sample_every, :max_overhead)"
+    {
+      ["--max-overhead", "off"] => "[1000, nil]\n",
+      ["--max-overhead=0.25"] => "[1000, 0.25]\n",
+      ["--sample-every", "1"] => "[1, nil]\n",
+      ["--sample-every", "1", "--max-overhead", "0.05"] => "[1, 0.05]\n",
+      [] => "[1000, 0.01]\n",
+    }.each do |flags, expected|
+      out, err, code = heapscope("run", *flags, "--dir", @tmp, "--", RbConfig.ruby, "-e", script)
+      assert_equal [0, expected], [code, out], "#{flags.inspect}: #{err}"
+    end
   end
 
   def test_run_with_http_serves_while_running

@@ -28,13 +28,6 @@ class TestHardeningReportsEscape < Minitest::Test
     FileUtils.rm_rf(@dir)
   end
 
-  def run_cli(command, *argv)
-    out = StringIO.new
-    err = StringIO.new
-    status = Heapscope::Report::CLI.run(command, argv, out: out, err: err)
-    [status, out.string, err.string]
-  end
-
   def profile(name, rows, minute: 0)
     path = File.join(@dir, name)
     prof = heapscope_profile(rows, time_nanos: (1_800_000_000 + 60 * minute) * 10**9)

@@ -12,7 +12,6 @@ require "heapscope/report/cli"
 
 class TestReportCLI < Minitest::Test
   include ReportHelper
-  CLI = Heapscope::Report::CLI
   MIN = 60 * 10**9 # a minute in nanoseconds
   T0 = 1_800_000_000 * 10**9
 
@@ -22,20 +21,6 @@ class TestReportCLI < Minitest::Test
 
   def teardown
     FileUtils.rm_rf(@dir)
-  end
-
-  # Runs a command; returns [status, stdout, stderr].
-  def run_cli(command, *argv)
-    out = StringIO.new
-    err = StringIO.new
-    status = CLI.run(command, argv, out: out, err: err)
-    [status, out.string, err.string]
-  end
-
-  def write(name, prof)
-    path = File.join(@dir, name)
-    File.binwrite(path, prof.to_pprof)
-    path
   end
 
   LEAK = [["Cache#store", "app/cache.rb", 12], ["Worker#run", "app/worker.rb", 30], ["main", "app/main.rb", 3]].freeze

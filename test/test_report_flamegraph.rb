@@ -270,6 +270,42 @@ class TestReportFlamegraph < Minitest::Test
     assert_no_console_errors
   end
 
+  # Errors (issue 17): from the variance labels, on hover and in the table; in a diff page the change's
+  # error and the noise mark, by the rule of `heapscope diff`.
+  def test_errors_show_on_hover_and_in_the_tables
+    prof = leak_profile
+    prof.comments << "sampling=windowed share=0.04 sample_every=100 current_sample_every=100 rate_lowered=false windows=9 variance=labels"
+    prof.samples[0].labels["inuse_space_var"] = 600_000**2 # ±10% of 6,000,000
+    prof.samples[1].labels["inuse_space_var"] = 400_000**2 # ±20% of 2,000,000
+    html = File.join(@dir, "err.html")
+    File.binwrite(profile = File.join(@dir, "err.pb.gz"), prof.to_pprof)
+    assert_equal 0, Heapscope::Report::CLI.run("flamegraph", [profile, "-o", html], out: StringIO.new, err: $stderr)
+    open_page(html)
+    # The site's self value sums both stacks: sqrt(3.6e11 + 1.6e11) = 721k of 8 MB, ±9%.
+    row = eval_js("document.getElementById('hs-top').innerText").lines.find { |l| l.include?(LEAK) }
+    assert_match(/7\.6 MiB\s+80\.0%\s+±9%/, row)
+    mouse("mouseMoved", rect_of(LEAK))
+    tip = eval_js("document.getElementById('hs-tip').textContent")
+    assert_match(/inuse_space: 5\.7 MiB \(60\.0% of total\) ±10%, self 5\.7 MiB ±10%/, tip)
+
+    base = heapscope_profile([[[["LeakyCache#store", "app/leaky.rb", 12]], [1, 10, 1, 1000]],
+                              [[["Shrinker#go", "app/s.rb", 1]], [1, 10, 1, 5000], { "inuse_space_var" => 2000**2 }]])
+    newer = heapscope_profile([[[["LeakyCache#store", "app/leaky.rb", 12]], [1, 10, 1, 9000], { "inuse_space_var" => 100**2 }],
+                               [[["Shrinker#go", "app/s.rb", 1]], [1, 10, 1, 1000]]])
+    [base, newer].each { |pr| pr.comments << "sampling=always share=1 sample_every=1 current_sample_every=1 rate_lowered=false windows=0 variance=labels" }
+    File.binwrite(b = File.join(@dir, "b.pb.gz"), base.to_pprof)
+    File.binwrite(n = File.join(@dir, "n.pb.gz"), newer.to_pprof)
+    diff_html = File.join(@dir, "errdiff.html")
+    assert_equal 0, Heapscope::Report::CLI.run("diff", [b, n, "--html", "-o", diff_html], out: StringIO.new, err: $stderr)
+    open_page(diff_html)
+    rows = eval_js("document.getElementById('hs-top').innerText").lines
+    assert_match(/\+7\.8 KiB ±100 B\s+LeakyCache#store/, rows.find { |l| l.include?("LeakyCache#store") })
+    assert_match(/-3\.9 KiB ±2\.0 KiB noise\s+Shrinker#go/, rows.find { |l| l.include?("Shrinker#go") })
+    mouse("mouseMoved", rect_of("LeakyCache#store"))
+    assert_includes eval_js("document.getElementById('hs-tip').textContent"), "(+7.8 KiB ±100 B)"
+    assert_no_console_errors
+  end
+
   # Issue 11 item 11: "<!--<script>" in a frame name used to put the HTML parser into its "script data
   # double escaped" state, so the data script swallowed the rest of the page and nothing was drawn.
   # Names that try to end the script, inject markup or break JavaScript strings must show as text.

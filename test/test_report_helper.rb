@@ -8,6 +8,7 @@ require "minitest/autorun"
 require "open3"
 require "tmpdir"
 require "fileutils"
+require "stringio"
 require "heapscope/pprof"
 
 module ReportHelper
@@ -118,7 +119,16 @@ module ReportHelper
           elsif line =~ /\A\s+(-?\d+(?:\s+-?\d+)*): ([\d ]*)\z/
             samples << { values: $1.split.map(&:to_i), ids: $2.split.map(&:to_i), labels: {} }
           elsif line =~ /\A\s+([^:\s]+):\[(.*)\]\z/
-            samples.last[:labels][$1] = $2
+            key = $1
+            value = $2
+            # Numeric labels share one line ("gc_age:[2] inuse_space_var:[7]"); a string label's value
+            # may hold "]" itself, so the line is split only when the pairs make it up exactly.
+            pairs = line.strip.scan(/([^:\s]+):\[([^\]]*)\]/)
+            if pairs.size > 1 && pairs.map { |k, v| "#{k}:[#{v}]" }.join(" ") == line.strip
+              pairs.each { |k, v| samples.last[:labels][k] = v }
+            else
+              samples.last[:labels][key] = value
+            end
           end
         elsif section == :locations
           if line =~ /\A\s+(\d+): 0x\h+ (?:M=\d+ )?(.+) s=\d+\z/
@@ -142,6 +152,22 @@ module ReportHelper
         frames: s.frames.map { |f| f.line.positive? ? "#{f.function} #{f.file}:#{f.line}" : "#{f.function} #{f.file}" } }
     end
     { sample_types: prof.sample_types, samples: samples }
+  end
+
+  # Runs a report command in this process (Heapscope::Report::CLI, which the test requires); returns
+  # [status, stdout, stderr].
+  def run_cli(command, *argv)
+    out = StringIO.new
+    err = StringIO.new
+    status = Heapscope::Report::CLI.run(command, argv, out: out, err: err)
+    [status, out.string, err.string]
+  end
+
+  # Writes prof (gzipped) as name in the test's @dir; returns the path.
+  def write(name, prof)
+    path = File.join(@dir, name)
+    File.binwrite(path, prof.to_pprof)
+    path
   end
 
   # A hand-made heapscope-style profile: rows of [frames (leaf first), [alloc_objects, alloc_space,

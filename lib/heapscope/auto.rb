@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "heapscope/env_config"
+require "heapscope/internal"
 
 module Heapscope
   # Auto starts heapscope with no code change: `RUBYOPT=-rheapscope/auto` plus HEAPSCOPE_*
@@ -38,23 +39,9 @@ module Heapscope
         @stage = "the profiler"
         return false unless start_profiler(config[:start])
 
-        if config[:http]
-          @stage = "the listener (HEAPSCOPE_HTTP)"
-          start_server(config[:http])
-        end
-        if config[:dir]
-          @stage = "the periodic writer (HEAPSCOPE_DIR)"
-          start_writer(config)
-        end
-        if config[:pyroscope]
-          # The variable, not its value: a URL may hold a password.
-          @stage = "the Pyroscope pusher (HEAPSCOPE_PYROSCOPE_URL)"
-          start_pusher(config)
-        end
-        @stage = "the fork hook"
-        require "heapscope/fork"
-        Fork.after_fork_child { |_parent| after_fork }
-        at_exit { finish }
+        # The profiler runs from here on: what the surfaces allocate on this thread is heapscope's.
+        # (lib/heapscope.rb loaded every file they need, so nothing is required now.)
+        Heapscope.internal { start_surfaces(config) }
         true
       rescue StandardError, LoadError => e
         abandon
@@ -73,14 +60,7 @@ module Heapscope
 
       # Runs at exit: stops the threads, writes the final profile, flushes the push queue.
       def finish
-        @server&.stop
-        if @writer
-          @writer.stop
-          write_final if @config[:final]
-        end
-        @pusher&.stop(flush_timeout: 2)
-      rescue StandardError => e
-        say("heapscope: at exit: #{e.class}: #{e.message}")
+        Heapscope.internal { finish_surfaces }
       end
 
       # Whether autostart started the profiler that is running now (Heapscope.start then warns
@@ -105,6 +85,36 @@ module Heapscope
 
       private
 
+      def start_surfaces(config)
+        if config[:http]
+          @stage = "the listener (HEAPSCOPE_HTTP)"
+          start_server(config[:http])
+        end
+        if config[:dir]
+          @stage = "the periodic writer (HEAPSCOPE_DIR)"
+          start_writer(config)
+        end
+        if config[:pyroscope]
+          # The variable, not its value: a URL may hold a password.
+          @stage = "the Pyroscope pusher (HEAPSCOPE_PYROSCOPE_URL)"
+          start_pusher(config)
+        end
+        @stage = "the fork hook"
+        Fork.after_fork_child { |_parent| after_fork }
+        at_exit { finish }
+      end
+
+      def finish_surfaces
+        @server&.stop
+        if @writer
+          @writer.stop
+          write_final if @config[:final]
+        end
+        @pusher&.stop(flush_timeout: 2)
+      rescue StandardError => e
+        say("heapscope: at exit: #{e.class}: #{e.message}")
+      end
+
       def start_profiler(options)
         require "heapscope"
         # Only the options this build of the core knows (an older core has no max_overhead).
@@ -124,7 +134,6 @@ module Heapscope
       end
 
       def start_server(http)
-        require "heapscope/http_server"
         @server = HttpServer.new(host: http[:host], port: http[:port], token: http[:token], fork_mode: http[:fork]).start
         say("heapscope: serving #{@server.url} (pid #{Process.pid})")
       rescue SystemCallError => e
@@ -133,13 +142,11 @@ module Heapscope
       end
 
       def start_writer(config)
-        require "heapscope/periodic_writer"
         @writer = PeriodicWriter.new(dir: config[:dir], interval: config[:interval], keep: config[:keep],
                                      app_name: config[:app_name], warn: ->(line) { say(line) }).start
       end
 
       def start_pusher(config)
-        require "heapscope/pyroscope"
         py = config[:pyroscope]
         @pusher = Pyroscope.new(url: py[:url], app_name: config[:app_name], labels: py[:labels], token: py[:token],
                                 interval: config[:interval], warn: ->(line) { say(line) }).start

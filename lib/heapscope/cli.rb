@@ -16,7 +16,8 @@ module Heapscope
 
     # Flags of `run`: flag => [environment variable, placeholder, help].
     RUN_FLAGS = {
-      "--sample-every" => ["HEAPSCOPE_SAMPLE_EVERY", "N", "sample one allocation in N on average (default 1000)"],
+      "--sample-every" => ["HEAPSCOPE_SAMPLE_EVERY", "N", "sample one allocation in N on average (default 1000); never lowered unless --max-overhead is given"],
+      "--max-overhead" => ["HEAPSCOPE_MAX_OVERHEAD", "FRACTION", "lower the rate while sampling costs over FRACTION of run time, or off (default 0.01; off with --sample-every)"],
       "--dir" => ["HEAPSCOPE_DIR", "DIR", "where profiles are written (default ./#{DEFAULT_DIR})"],
       "--interval" => ["HEAPSCOPE_INTERVAL", "SECONDS", "also write a profile every SECONDS (default 60)"],
       "--keep" => ["HEAPSCOPE_KEEP", "K", "keep the newest K files of the app (default 48)"],
@@ -25,7 +26,7 @@ module Heapscope
       "--max-frames" => ["HEAPSCOPE_MAX_FRAMES", "N", "deepest stack kept, 1..3000 (default 400)"],
       "--min-age" => ["HEAPSCOPE_MIN_AGE", "GCS", "leave out objects younger than GCS collections (default 1)"],
       "--sampling" => ["HEAPSCOPE_SAMPLING", "MODE", "windowed or always (default windowed; always with --sample-every 1)"],
-      "--window-share" => ["HEAPSCOPE_WINDOW_SHARE", "FRACTION", "most allocations the hook is on for when windowed, (0, 1] (default 0.02)"],
+      "--window-share" => ["HEAPSCOPE_WINDOW_SHARE", "FRACTION", "fraction of time the allocation hook is on when windowed, (0, 1] (default 0.04)"],
     }.freeze
 
     USAGE = <<~TEXT

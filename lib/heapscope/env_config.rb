@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "ipaddr"
+
 module Heapscope
   # EnvConfig turns HEAPSCOPE_* environment variables into the settings of every no-code surface
   # (autostart, periodic files, the standalone listener, the Pyroscope pusher).
@@ -15,15 +17,15 @@ module Heapscope
     # Every variable read, with a one-line description (used by `heapscope --help` and the docs test).
     VARIABLES = {
       "HEAPSCOPE_ENABLED" => "0 turns autostart off without removing -rheapscope/auto (default 1)",
-      "HEAPSCOPE_SAMPLE_EVERY" => "sample one allocation in N on average (default 1000)",
+      "HEAPSCOPE_SAMPLE_EVERY" => "sample one allocation in N on average (default 1000); set, it is never lowered unless HEAPSCOPE_MAX_OVERHEAD is set too",
       "HEAPSCOPE_MAX_FRAMES" => "deepest stack kept per sample, 1..3000 (default 400)",
       "HEAPSCOPE_MIN_AGE" => "leave out objects that survived fewer GCs than this (default 1)",
       "HEAPSCOPE_MAX_TRACKED_OBJECTS" => "cap on tracked objects, drops are counted (default 1000000)",
       "HEAPSCOPE_MAX_STACKS" => "cap on unique stacks, drops are counted (default 100000)",
-      "HEAPSCOPE_MAX_OVERHEAD" => "fraction of run time the sampler may cost, above 0 and at most 1, or off (default 0.01)",
+      "HEAPSCOPE_MAX_OVERHEAD" => "fraction of run time the sampler may cost, above 0 and at most 1, or off (default 0.01; off when HEAPSCOPE_SAMPLE_EVERY is set)",
       "HEAPSCOPE_TRACK_SIZES" => "1 measures object sizes (inuse_space), 0 counts objects only (default 1)",
       "HEAPSCOPE_SAMPLING" => "windowed or always: when the allocation hook is on (default windowed; always when HEAPSCOPE_SAMPLE_EVERY is 1)",
-      "HEAPSCOPE_WINDOW_SHARE" => "most allocations the hook is on for when windowed, above 0 and at most 1 (default 0.02)",
+      "HEAPSCOPE_WINDOW_SHARE" => "fraction of time the allocation hook is on when windowed, above 0 and at most 1 (default 0.04)",
       "HEAPSCOPE_DIR" => "write profiles to this directory every HEAPSCOPE_INTERVAL and a final one at exit",
       "HEAPSCOPE_INTERVAL" => "seconds between periodic files and Pyroscope pushes, 0.1..86400 (default 60)",
       "HEAPSCOPE_KEEP" => "keep the newest K profile files of the app in HEAPSCOPE_DIR (default 48)",
@@ -288,7 +290,6 @@ module Heapscope
       def self.loopback?(host)
         return true if host == "localhost"
 
-        require "ipaddr"
         IPAddr.new(host).loopback?
       rescue IPAddr::Error, ArgumentError
         false

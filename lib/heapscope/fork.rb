@@ -32,6 +32,8 @@ module Heapscope
       # others, nor the child.
       def run_child_callbacks(parent_pid)
         @lock = Mutex.new # the parent's lock may have been held by a thread the child lacks
+        # The parent's heapscope threads are gone: free their slots before the callbacks start new ones.
+        InternalThreads.after_fork if defined?(InternalThreads)
         @callbacks.dup.each do |callback|
           callback.call(parent_pid)
         rescue StandardError => e

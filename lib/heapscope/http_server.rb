@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "socket"
+require "heapscope/internal"
+require "heapscope/env_config"
 require "heapscope/rack"
 require "heapscope/http/connection"
 require "heapscope/http/worker_pool"
@@ -30,7 +32,13 @@ module Heapscope
   #   - one request per connection (connection: close), so no idle keep-alive sockets.
   # A non-loopback host needs a token; with a token every request must carry
   # "Authorization: Bearer TOKEN" (401 otherwise; the scheme is case-insensitive).
+  #
+  # None of this shows in the application's profiles: the loop and worker threads exclude themselves
+  # from sampling as they start (Heapscope.exclude_thread), and start and after_fork, which run on the
+  # caller's thread (the socket, the thread objects), run in Heapscope.internal.
   class HttpServer
+    extend InternalNew
+
     MAX_REQUEST_LINE = Http::Connection::MAX_REQUEST_LINE
     MAX_HEADER_BYTES = Http::Connection::MAX_HEADER_BYTES
     MAX_HEADER_LINES = Http::Connection::MAX_HEADER_LINES
@@ -64,7 +72,6 @@ module Heapscope
 
     def initialize(host: "127.0.0.1", port: 6060, token: nil, app: nil, max_connections: nil, max_requests: 8,
                    workers: 2, read_timeout: 5, write_timeout: 30, fork_mode: :offset)
-      require "heapscope/env_config"
       if token.nil? && !EnvConfig::HttpAddress.loopback?(host)
         raise ArgumentError, "refusing to serve profiles on non-loopback address #{host} without a token " \
                              "(set HEAPSCOPE_HTTP_TOKEN or pass token:)"
@@ -91,21 +98,23 @@ module Heapscope
     # Binds and starts the loop thread. Raises SystemCallError (e.g. Errno::EADDRINUSE) if the
     # address cannot be bound, or Errno::EAGAIN if no thread can be started. Returns self.
     def start
-      @server ||= TCPServer.new(@host, @base_port)
-      @port = @server.addr[1]
-      reset_state
-      begin
-        @thread = Thread.new { run }
-      rescue ThreadError => e
-        # At the thread limit: fail like a bind failure, which callers already handle (autostart says
-        # "cannot listen: ...; the listener is off" and the application runs on).
-        close_own_ios
-        @server.close
-        @server = nil
-        raise Errno::EAGAIN, "cannot start the listener thread (#{e.message})"
+      Heapscope.internal do
+        @server ||= TCPServer.new(@host, @base_port)
+        @port = @server.addr[1]
+        reset_state
+        begin
+          @thread = Thread.new { Heapscope.internal_thread { run } }
+        rescue ThreadError => e
+          # At the thread limit: fail like a bind failure, which callers already handle (autostart says
+          # "cannot listen: ...; the listener is off" and the application runs on).
+          close_own_ios
+          @server.close
+          @server = nil
+          raise Errno::EAGAIN, "cannot start the listener thread (#{e.message})"
+        end
+        @thread.name = "heapscope-http"
+        self
       end
-      @thread.name = "heapscope-http"
-      self
     end
 
     def running?
@@ -142,6 +151,12 @@ module Heapscope
     # parent's, :same accepts on the inherited socket too (the kernel spreads connections), :off
     # closes the child's copy. Returns self, or nil when the child serves nothing.
     def after_fork
+      Heapscope.internal { restart_after_fork }
+    end
+
+    private
+
+    def restart_after_fork
       # The child's copies of the parent's client sockets would keep those connections open after
       # the parent closes them.
       @conns&.each_key { |sock| sock.close rescue nil } # rubocop:disable Style/RescueModifier
@@ -163,8 +178,6 @@ module Heapscope
         start
       end
     end
-
-    private
 
     # The first free port after base (up to 100 tries); port 0 stays ephemeral.
     def bind_after(base)

@@ -2,6 +2,7 @@
 
 require "fileutils"
 require_relative "atomic_write"
+require_relative "internal"
 
 module Heapscope
   # PeriodicWriter writes a heap profile to dir every interval seconds from a background thread,
@@ -15,8 +16,12 @@ module Heapscope
   # exclusively, fsynced, then renamed: a reader, or a kill -9 at any moment, sees whole profiles
   # only, and nothing planted in the directory can make it write elsewhere. Temp files left by dead
   # processes are removed on rotation. Failures (disk full, unwritable or unsafe dir) warn once per
-  # error class and never raise.
+  # error class and never raise. The thread excludes itself from sampling, and what runs on the
+  # caller's thread (start, after_fork, write_now, write_final) runs in Heapscope.internal: the
+  # writer's own objects never appear in the profiles it writes.
   class PeriodicWriter
+    extend InternalNew
+
     SUFFIX = ".heap.pb.gz"
 
     attr_reader :dir, :interval, :keep, :app_name
@@ -41,11 +46,13 @@ module Heapscope
 
     # Starts the background thread. Returns self.
     def start
-      @stopping = false
-      preflight
-      @thread = Thread.new { run }
-      @thread.name = "heapscope-writer" if @thread.respond_to?(:name=)
-      self
+      Heapscope.internal do
+        @stopping = false
+        preflight
+        @thread = Thread.new { Heapscope.internal_thread { run } }
+        @thread.name = "heapscope-writer" if @thread.respond_to?(:name=)
+        self
+      end
     end
 
     def running?
@@ -96,9 +103,11 @@ module Heapscope
 
     # In a forked child: the thread is gone; start again (names now carry the child's pid).
     def after_fork
-      reset_sync
-      @thread = nil
-      start unless @stopping
+      Heapscope.internal do
+        reset_sync
+        @thread = nil
+        start unless @stopping
+      end
     end
 
     private
@@ -113,6 +122,10 @@ module Heapscope
 
     # One write. Returns [path, nil], [path, error] or [nil, nil] (not running); never raises.
     def attempt(final:, gc:)
+      Heapscope.internal { attempt_locked(final, gc) }
+    end
+
+    def attempt_locked(final, gc)
       @write_lock.synchronize do
         return [nil, nil] unless @source.running?
 

@@ -4,6 +4,7 @@ require "io/wait"
 require "securerandom"
 require "socket"
 require "uri"
+require "heapscope/internal"
 
 module Heapscope
   # Pyroscope pushes a heap profile to a Pyroscope server every interval seconds:
@@ -28,6 +29,8 @@ module Heapscope
   # are per read and which reads whole bodies. Like Net::HTTP it honours http_proxy and no_proxy
   # (never for a loopback server), tunnelling https with CONNECT; proxy: overrides them.
   class Pyroscope
+    extend InternalNew
+
     # The most bytes of an answer read: enough for its status line and headers.
     MAX_RESPONSE_HEAD = 16 * 1024
     # How often a wait on the network checks whether stop was called.
@@ -47,7 +50,7 @@ module Heapscope
     def self.parse_url(url)
       begin
         uri = URI.parse(url.to_s)
-      rescue URI::InvalidURIError => e
+      rescue URI::InvalidURIError
         # (URI's own message only repeats the URL, worded differently from one Ruby to the next.)
         raise ArgumentError, "cannot be parsed as a URL"
       end
@@ -90,6 +93,9 @@ module Heapscope
         raise ArgumentError, "#{name} must be a number > 0, got #{value.inspect}" unless value.is_a?(Numeric) && value.positive?
       end
 
+      # OpenSSL is loaded now, not at the first post: a require after Heapscope.start adds objects to
+      # the heap (and took seconds inside a deadline).
+      require "openssl" if @uri.scheme == "https"
       @url = url
       @app_name = app_name.to_s
       @labels = labels
@@ -119,13 +125,17 @@ module Heapscope
     end
 
     # Starts the collector and sender threads. Returns self.
+    # Both threads exclude themselves from sampling first thing, and what start allocates on the
+    # caller's thread runs in Heapscope.internal: the pusher's objects never reach the user's profile.
     def start
-      @stopping = false
-      @collector = Thread.new { collect_loop }
-      @sender = Thread.new { send_loop }
-      @collector.name = "heapscope-pyroscope-collect" if @collector.respond_to?(:name=)
-      @sender.name = "heapscope-pyroscope-send" if @sender.respond_to?(:name=)
-      self
+      Heapscope.internal do
+        @stopping = false
+        @collector = Thread.new { Heapscope.internal_thread { collect_loop } }
+        @sender = Thread.new { Heapscope.internal_thread { send_loop } }
+        @collector.name = "heapscope-pyroscope-collect" if @collector.respond_to?(:name=)
+        @sender.name = "heapscope-pyroscope-send" if @sender.respond_to?(:name=)
+        self
+      end
     end
 
     def running?
@@ -200,9 +210,11 @@ module Heapscope
 
     # In a forked child: both threads are gone; start again with an empty queue.
     def after_fork
-      reset_sync
-      @counts = Hash.new(0)
-      start unless @stopping
+      Heapscope.internal do
+        reset_sync
+        @counts = Hash.new(0)
+        start unless @stopping
+      end
     end
 
     private
@@ -342,7 +354,6 @@ module Heapscope
       return sock unless @uri.scheme == "https"
 
       tunnel(sock, proxy, deadline) if proxy
-      require "openssl"
       context = OpenSSL::SSL::SSLContext.new
       context.set_params(verify_mode: OpenSSL::SSL::VERIFY_PEER)
       ssl = OpenSSL::SSL::SSLSocket.new(sock, context)

@@ -1,5 +1,12 @@
 # frozen_string_literal: true
 
+# Loaded here, not when the first request needs them: a require after Heapscope.start would put
+# heapscope's own objects in the user's profile.
+require "heapscope/internal"
+require "heapscope/pprof"
+require "heapscope/report/sampling"
+require "heapscope/report/sites"
+
 module Heapscope
   # Heapscope::Rack serves profiles over HTTP with Go's net/http/pprof conventions, so
   # `go tool pprof http://HOST/debug/pprof/heap`, Grafana Alloy and Parca read them unchanged.
@@ -17,9 +24,14 @@ module Heapscope
   # 429 a delta is already being computed, 503 not running.
   #
   # The rack gem is never required: this is a plain object with #call(env). The standalone
-  # listener (lib/heapscope/http_server.rb) serves through the same object.
+  # listener (lib/heapscope/http_server.rb) serves through the same object. Requests for
+  # /debug/pprof are heapscope's work on the server's thread, so they run in Heapscope.internal:
+  # decoding and ranking a profile never lands in the profiles it serves.
   class Rack
+    extend InternalNew
+
     PREFIX = "/debug/pprof"
+    PREFIX_SLASH = "#{PREFIX}/".freeze
     MAX_SECONDS = 300
     PROFILES = {
       "heap" => "live objects by allocation site: inuse_space/inuse_objects (and alloc_* since start)",
@@ -106,18 +118,26 @@ module Heapscope
       @gc_limiter = gc_limiter || GC_LIMITER
     end
 
+    # A request for the application passes through without allocating (unless the middleware sits
+    # under a mount point, which needs the joined path); one for heapscope is answered in
+    # Heapscope.internal, so none of its work reaches the profiles it serves.
     def call(env)
       script_name = env["SCRIPT_NAME"].to_s
-      full = "#{script_name}#{env["PATH_INFO"]}"
-      rest =
-        if full == PREFIX || full.start_with?("#{PREFIX}/") then full[PREFIX.length..]
-        # A standalone app mounted with map("/somewhere"): everything below the mount point is its own.
-        # At the root (the standalone listener, or `run` without map) only /debug/pprof is.
-        elsif @app.nil? && !script_name.empty? then env["PATH_INFO"].to_s
-        end
-      if rest.nil?
-        return @app.call(env) if @app
+      path_info = env["PATH_INFO"].to_s
+      full = script_name.empty? ? path_info : "#{script_name}#{path_info}"
+      ours = full == PREFIX || full.start_with?(PREFIX_SLASH)
+      # A standalone app mounted with map("/somewhere"): everything below the mount point is its own.
+      # At the root (the standalone listener, or `run` without map) only /debug/pprof is.
+      mounted = @app.nil? && !script_name.empty?
+      return @app.call(env) if @app && !ours
 
+      Heapscope.internal { answer(env, ours ? full[PREFIX.length..] : (path_info if mounted)) }
+    end
+
+    private
+
+    def answer(env, rest)
+      if rest.nil?
         status, headers, body = text(404, "no such path #{env["PATH_INFO"].to_s.inspect}: heapscope serves #{PREFIX}/, " \
                                           "#{PROFILES.keys.map { |name| "#{PREFIX}/#{name}" }.join(" and ")}\n")
       else
@@ -127,8 +147,6 @@ module Heapscope
       body = [] if env["REQUEST_METHOD"] == "HEAD"
       [status, headers, body]
     end
-
-    private
 
     # inline: the standalone listener could not start a thread and serves this request on its event
     # loop, which a delta (seconds=N) would hold for N seconds.
@@ -251,7 +269,6 @@ module Heapscope
       return text(429, "another delta profile is being computed; retry later\n", "retry-after" => params[:seconds].to_s) unless DELTA_LOCK.try_lock
 
       begin
-        require "heapscope/pprof"
         # Both ends with a GC or neither, so garbage does not count on one side only: the limiter is
         # asked once, and a booked GC is held across the window (released after the second one).
         note = nil
@@ -264,9 +281,10 @@ module Heapscope
         end
         return not_running if newer.nil?
 
-        diff = Heapscope::Pprof.subtract(by_site(Heapscope::Pprof.decode(newer)), by_site(Heapscope::Pprof.decode(older)))
+        diff = DeltaVariance.subtract(by_site(Heapscope::Pprof.decode(newer)), by_site(Heapscope::Pprof.decode(older)))
         diff.duration_nanos = params[:seconds] * 1_000_000_000
         diff.comments << "heapscope delta profile: #{type} change over #{params[:seconds]}s (negative values: fewer live objects)"
+        diff.comments << DeltaVariance::COMMENT if Report::Sampling.variance_labels(diff)
         status, headers, body = binary("#{type}-delta-#{params[:seconds]}s.pb.gz", diff.to_pprof(gzip: true))
         headers["x-heapscope-gc"] = note if note
         [status, headers, body]
@@ -280,6 +298,46 @@ module Heapscope
     def by_site(prof)
       prof.samples.each { |sample| sample.labels.delete("gc_age") }
       prof
+    end
+
+    # DeltaVariance subtracts two snapshots of one process that carry variance labels (see
+    # Report::Sampling), so the delta carries labels a reader can trust. Subtracting by (stack, labels)
+    # would never match a sample, since its variance changes between the two; so the labels become
+    # extra values for the subtraction and labels again afterwards:
+    #   alloc_*: allocations since start only grow, and what the window adds is sampled independently of
+    #            what came before, so the change's variance is new - old (at least 0);
+    #   inuse_*: the objects alive in both snapshots are the same samples (positively correlated), so
+    #            new + old is an upper bound of the change's variance: errors err on the safe side.
+    module DeltaVariance
+      COMMENT = "variance labels of this delta: alloc_* new - old, inuse_* new + old (an upper bound)"
+
+      def self.subtract(newer, older)
+        names = Report::Sampling.variance_labels(newer)
+        return Heapscope::Pprof.subtract(newer, older) unless names && Report::Sampling.variance_labels(older)
+
+        n = newer.sample_types.size
+        [newer, older].each do |prof|
+          inuse_sign = prof.equal?(older) ? -1 : 1 # old's inuse variances negated: subtracting adds them
+          prof.sample_types += names.map { |name| [name, "variance"] }
+          prof.samples.each do |sample|
+            extra = names.map do |name|
+              v = sample.labels.delete(name)
+              v = 0 unless v.is_a?(Integer)
+              name.start_with?("inuse_") ? v * inuse_sign : v
+            end
+            sample.values.concat(extra)
+          end
+        end
+        diff = Heapscope::Pprof.subtract(newer, older)
+        diff.sample_types = diff.sample_types.first(n)
+        diff.samples.each do |sample|
+          sample.values.pop(names.size).each_with_index do |v, i|
+            sample.labels[names[i]] = v if v.positive?
+          end
+        end
+        diff.samples.reject! { |sample| sample.values.all?(&:zero?) }
+        diff
+      end
     end
 
     def index
@@ -326,39 +384,47 @@ module Heapscope
     end
 
     # TextReport renders a profile as the readable top list of ?debug=1: the allocation sites
-    # (leaf frame and class) holding the most, largest first.
+    # (leaf frame and class) holding the most, largest first, each with the standard error of its
+    # bytes as `heapscope top` computes it (Report::Sampling: the variance labels when the profile has
+    # them), and the sampling line of the reports' headers (which says when the budget lowered the rate).
     module TextReport
       ROW_LIMIT = 100
 
       # Returns the text for gzipped pprof bytes; type :heap ranks by inuse_space, :allocs by alloc_space.
       # note: one more comment line (e.g. why gc=1 was not honoured), or nil.
       def self.render(bytes, type:, limit: nil, note: nil)
-        require "heapscope/pprof"
         prof = Heapscope::Pprof.decode(bytes)
         kind = type == :allocs ? "alloc" : "inuse"
         space = prof.sample_index("#{kind}_space") || 0
         count = prof.sample_index("#{kind}_objects") || space
-        rows = Hash.new { |h, k| h[k] = [0, 0] }
+        sampling = Report::Sampling.new(prof)
+        var = Report::Sampling.variance_labels(prof)
+        # {[site, class] => value vector}: every type (and variance) summed, for the error.
+        rows = {}
         prof.samples.each do |sample|
           leaf = sample.frames.first
-          site = leaf ? leaf.to_s : "(no frames)"
-          row = rows[[site, sample.labels["class"].to_s]]
-          row[0] += sample.values[space].to_i
-          row[1] += sample.values[count].to_i
+          key = [leaf ? leaf.to_s : "(no frames)", sample.labels["class"].to_s]
+          values = var ? Report::Sampling.with_variances(sample, var) : sample.values
+          if (row = rows[key]) then Report::Sites.add(row, values)
+          else rows[key] = values.dup
+          end
         end
-        total_space = rows.values.sum(&:first)
-        total_count = rows.values.sum(&:last)
-        ranked = rows.sort_by { |(site, klass), (bytes_, objects)| [-bytes_, -objects, site, klass] }
+        total_space = rows.values.sum { |v| v[space].to_i }
+        total_count = rows.values.sum { |v| v[count].to_i }
+        ranked = rows.sort_by { |(site, klass), v| [-v[space], -v[count], site, klass] }
         limit ||= ROW_LIMIT
         out = +"heapscope #{type} profile, pid #{Process.pid}, #{Time.now.utc.strftime("%Y-%m-%dT%H:%M:%SZ")}\n"
         out << "# #{kind}_space #{human(total_space)} in #{total_count} #{kind}_objects (estimates scaled from samples)\n"
+        out << "# sampling: #{sampling.describe}; error: standard error of #{kind}_space\n"
         out << "# #{note}\n" if note
         prof.comments.each { |c| out << "# #{c}\n" }
         surfaces.each { |line| out << "# #{line}\n" }
-        out << format("%12s %7s %12s  %-24s %s\n", "#{kind}_space", "%", "objects", "class", "allocation site")
-        ranked.first(limit).each do |(site, klass), (bytes_, objects)|
-          share = total_space.zero? ? 0.0 : 100.0 * bytes_ / total_space
-          out << format("%12s %6.2f%% %12d  %-24s %s\n", human(bytes_), share, objects, klass.empty? ? "-" : klass, site)
+        out << format("%12s %7s %7s %12s  %-24s %s\n", "#{kind}_space", "error", "%", "objects", "class", "allocation site")
+        ranked.first(limit).each do |(site, klass), v|
+          share = total_space.zero? ? 0.0 : 100.0 * v[space] / total_space
+          error = v[space].zero? ? "-" : Report::Units.error(sampling.relative_error(v, space))
+          out << format("%12s %7s %6.2f%% %12d  %-24s %s\n", human(v[space].to_i), error, share, v[count].to_i,
+                        klass.empty? ? "-" : klass, site)
         end
         out << "# ... #{ranked.size - limit} more sites\n" if ranked.size > limit
         out

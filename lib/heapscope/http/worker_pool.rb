@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "heapscope/internal"
+
 module Heapscope
   module Http
     # A few long-lived threads that run the app for the listener (a profile can take a while, a delta
@@ -62,13 +64,16 @@ module Heapscope
         @retry_at = now + RETRY_SECONDS
       end
 
+      # The app's work for the listener is heapscope's: excluded from sampling (Heapscope.internal_thread).
       def work
-        Thread.current.report_on_exception = false
-        while (job = @jobs.pop)
-          begin
-            job.call
-          rescue StandardError
-            nil # the job answers its own errors; nothing may end the worker or reach stderr
+        Heapscope.internal_thread do
+          Thread.current.report_on_exception = false
+          while (job = @jobs.pop)
+            begin
+              job.call
+            rescue StandardError
+              nil # the job answers its own errors; nothing may end the worker or reach stderr
+            end
           end
         end
       end

@@ -6,7 +6,9 @@ require "heapscope/report/flamegraph"
 module Heapscope
   module Report
     # Diff compares two profiles site by site: what grew and what shrank from BASE to NEW, sorted by
-    # growth, each change with its sampling error (changes within twice their error are marked as noise).
+    # growth, each change with its standard error sqrt(err_new² + err_base²) (the two profiles are
+    # independent samples; each err is Sampling#absolute_error, the sampler's variance when the
+    # profiles carry it). A change is "noise" unless it exceeds twice that error.
     #
     #   heapscope diff before.pb.gz after.pb.gz
     #   heapscope diff before.pb.gz after.pb.gz --html -o growth.html   # a flame graph coloured by growth
@@ -64,7 +66,8 @@ module Heapscope
           e_base = base_sites[key]
           v_new = e_new ? e_new.flat[ti] : 0
           v_base = e_base ? e_base.flat[bi] : 0
-          # Independent samples: the errors of the two estimates add in quadrature.
+          # Independent samples: the errors of the two estimates add in quadrature (a side without the
+          # site is 0 ± 0; an unknown error makes the change's unknown).
           err_new = e_new ? s_new.absolute_error(e_new.flat, ti) : 0.0
           err_base = e_base ? s_base.absolute_error(e_base.flat, bi) : 0.0
           err = err_new && err_base ? Math.sqrt(err_new**2 + err_base**2) : nil
@@ -74,7 +77,7 @@ module Heapscope
             "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
             "base" => v_base, "new" => v_new, "change" => change,
             "change_percent" => v_base.zero? ? nil : (100.0 * change / v_base.abs).round(2),
-            "error" => err&.round(1), "noise" => err ? change.abs < 2 * err : nil
+            "error" => err && (err >= 1 ? err.round(1) : Units.significant(err)), "noise" => err ? Diff.noise?(change, err) : nil
           }
         end
         rows.reject! { |r| r["change"].zero? }
@@ -109,7 +112,7 @@ module Heapscope
 
           table = [%w[base new change change% error site]]
           rows.each do |r|
-            err = r["error"].nil? ? "?" : "±#{Units.format(r["error"].round, unit)}"
+            err = Units.abs_error(r["error"], unit)
             err += " noise" if r["noise"]
             table << [Units.format(r["base"], unit), Units.format(r["new"], unit), Units.signed(r["change"], unit),
                       r["change_percent"].nil? ? "new" : format("%+.1f%%", r["change_percent"]), err, r["name"]]
@@ -117,8 +120,14 @@ module Heapscope
           lines.concat(Report.table(table))
         end
         lines << ""
-        lines << "(error: sampling error of the change; \"noise\": the change is within twice its error)"
+        lines << "(error: standard error of the change; \"noise\": the change is at most twice its error)"
         lines.map { |l| Escape.terminal(l) }.join("\n")
+      end
+
+      # A change is noise unless |change| > 2 * its standard error (about 95% of pure sampling
+      # differences stay within that).
+      def self.noise?(change, err)
+        change.abs <= 2 * err
       end
 
       # The flame graph of NEW coloured by growth since BASE (red grew, blue shrank).

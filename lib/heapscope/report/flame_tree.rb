@@ -9,7 +9,13 @@ module Heapscope
     # are matched to the first one's by name) into the node arrays a flame graph page draws:
     #   {"frames" => [[function, file, line]], "parent" => [..], "frame" => [..],
     #    "values" => [per type: [cumulative value per node]], "base" => same for profiles[1] or nil,
-    #    "capped" => true when a bound below cut the tree}
+    #    "errors" => {"cum" => [per type: [standard error of the node's value]], "self" => [per type:
+    #    [standard error of its self value]]} or nil when the profile's sampling is unknown,
+    #    "base_errors" => the same for profiles[1] or nil, "capped" => true when a bound below cut the tree}
+    #
+    # Errors come from Sampling: with variance labels each stack's variances ride along as extra value
+    # columns (after the ntypes values) and are summed with them, so a node's variance is the sum over
+    # its stacks, exactly as for a site in the text reports.
     #
     # A node is kept when its value is at least prune of the total in some type of some profile (the
     # rest is folded into its parent), largest first, at most max_nodes of them and max_values values.
@@ -29,11 +35,16 @@ module Heapscope
       def initialize(profiles, prune:, max_nodes:, max_values:)
         @profiles = profiles
         @prune = prune
-        @ntypes = profiles.first.sample_types.size
+        names = profiles.first.sample_type_names
+        @ntypes = names.size
         @np = profiles.size
-        # The page holds ntypes x profiles values per node: bound those too (a profile can declare a
-        # million sample types).
-        @max_nodes = [[max_nodes, max_values / (@ntypes * @np)].min, 1].max
+        # Every profile's errors are computed on vectors in the first profile's type order.
+        @samplings = profiles.map { |prof| Sampling.new(prof, type_names: names) }
+        @var_labels = names.map { |name| Sampling.variance_label(name) } if @samplings.any?(&:variance?)
+        @width = @var_labels ? 2 * @ntypes : @ntypes # values, then variances
+        # The page holds ntypes x profiles values per node, and two errors per value: bound those too (a
+        # profile can declare a million sample types).
+        @max_nodes = [[max_nodes, max_values / (@ntypes * @np * 3)].min, 1].max
       end
 
       def build
@@ -74,7 +85,7 @@ module Heapscope
         @owner = []  # stack -> profile index
         @values = [] # stack -> values (first's sample types)
         @stacks = [] # stack -> [frame ids of a location, root first], root-most location first
-        @totals = @profiles.map { Array.new(@ntypes, 0) }
+        @totals = @profiles.map { Array.new(@width, 0) }
         @profiles.each_with_index do |prof, pi|
           index = Sampling.type_index(prof)
           map = first.sample_type_names.map { |name| index[name] }
@@ -83,9 +94,14 @@ module Heapscope
           dense = prof.locations.size * 4 + 1024
           loc_frames = prof.locations.any? { |l| l.id >= dense } ? {} : []
           grouped = {}
+          labelled = @samplings[pi].variance?
           prof.samples.each do |s|
             vals = map.map { |i| i ? s.values[i] : 0 }
             next if vals.all?(&:zero?)
+
+            if labelled then Sampling.add_variances(vals, s, @var_labels)
+            elsif @var_labels then vals.concat(Array.new(@ntypes, 0))
+            end
 
             Sites.add(@totals[pi], vals)
             if (sum = grouped[s.location_ids])
@@ -134,7 +150,7 @@ module Heapscope
           i += 3
           stack = stacks[x]
           if li >= stack.size
-            rest ||= Array.new(@np) { Array.new(@ntypes, 0) }
+            rest ||= Array.new(@np) { Array.new(@width, 0) }
             Sites.add(rest[@owner[x]], @values[x])
             next
           end
@@ -157,13 +173,13 @@ module Heapscope
           return consider(node, fid, total, group)
         end
 
-        rest ||= Array.new(@np) { Array.new(@ntypes, 0) }
+        rest ||= Array.new(@np) { Array.new(@width, 0) }
         big = groups.max_by { |_, g| g.size }[0]
         got = {}
         groups.each do |fid, group|
           next if fid == big
 
-          v = Array.new(@np) { Array.new(@ntypes, 0) }
+          v = Array.new(@np) { Array.new(@width, 0) }
           j = 0
           while j < group.size
             x = group[j]
@@ -177,13 +193,16 @@ module Heapscope
         groups.each { |fid, group| consider(node, fid, got[fid], group) }
       end
 
+      # Scores a node by its values only (not its variance columns).
       def consider(node, fid, v, group)
         score = 0.0
         v.each_with_index do |pv, pi|
           lim = @limits[pi]
-          pv.each_with_index do |x, t|
-            r = x.abs / lim[t]
+          t = 0
+          while t < @ntypes
+            r = pv[t].abs / lim[t]
             score = r if r > score
+            t += 1
           end
         end
         @queue.push(score, [node, fid, v, group, score]) if score >= 1
@@ -200,7 +219,33 @@ module Heapscope
           "frame" => @frame.map { |fid| used[fid] },
           "values" => (0...@ntypes).map { |t| @sums.map { |v| v[0][t] } },
           "base" => @np > 1 ? (0...@ntypes).map { |t| @sums.map { |v| v[1][t] } } : nil,
+          "errors" => errors(0),
+          "base_errors" => @np > 1 ? errors(1) : nil,
           "capped" => capped,
+        }
+      end
+
+      # The standard errors of profile pi's node values, cumulative and self (the node minus the
+      # children kept; what was folded into it stays in its self), 3 significant digits; nil when the
+      # profile's sampling is unknown.
+      def errors(pi)
+        sampling = @samplings[pi]
+        return nil unless sampling.known?
+
+        selfs = @sums.map { |v| v[pi].dup }
+        (1...@parent.size).each do |i|
+          own = selfs[@parent[i]]
+          child = @sums[i][pi]
+          j = 0
+          while j < @width
+            own[j] -= child[j]
+            j += 1
+          end
+        end
+        err = ->(vec, t) { Units.significant(sampling.absolute_error(vec, t), 3) }
+        {
+          "cum" => (0...@ntypes).map { |t| @sums.map { |v| err.call(v[pi], t) } },
+          "self" => (0...@ntypes).map { |t| selfs.map { |vec| err.call(vec, t) } },
         }
       end
 

@@ -14,6 +14,9 @@ module Heapscope
     # The data (see Flamegraph.tree): frames [[function, file, line]] (frame 0 is the root "all"), and per
     # node its parent (parents come before children), frame and value per sample type (cumulative:
     # the node and everything it called). base, when present, holds the same for a diff's base profile.
+    # errors (and base_errors) hold each node's standard error, of its cumulative and of its self value
+    # (FlameTree#errors), or null when the sampling is unknown: the page shows them on hover and in the
+    # table, and marks a diff's change as noise when it is at most twice its error, as `heapscope diff`.
     module FlamegraphPage
       CSS = <<~CSS
         body { font: 13px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #222; background: #fff; }
@@ -76,6 +79,26 @@ module Heapscope
             return (neg ? "-" : "") + s + units[k];
           }
           function signed(v, u) { return (v > 0 ? "+" : "") + human(v, u); }
+          // Errors, worded as the text reports word them (Units.error, Units.abs_error): only an exact 0
+          // prints "0%"; a small nonzero error never rounds to it.
+          function relErr(e, v) {
+            if (e === null || e === undefined || !v) return "?";
+            var r = e / Math.abs(v);
+            if (r > 1) return ">100%";
+            if (r === 0) return "0%";
+            if (r < 0.001) return "<0.1%";
+            return "\u00b1" + (r < 0.01 ? (100 * r).toFixed(1) : (100 * r).toFixed(0)) + "%";
+          }
+          function absErr(e, u) {
+            if (e === null || e === undefined) return "?";
+            return "\u00b1" + (e > 0 && e < 0.5 ? "<1" + (u === "bytes" ? " B" : "") : human(e, u));
+          }
+          // Standard errors of [profile errors, base errors] at node i, kind "cum" or "self"; null unknown.
+          function errOf(E, kind, i) { return E ? E[kind][st.t][i] : null; }
+          function quad(a, b) { return a === null || b === null ? null : Math.sqrt(a * a + b * b); }
+          function changeText(d, e, u) {
+            return signed(d, u) + " " + absErr(e, u) + (e !== null && Math.abs(d) <= 2 * e ? " noise" : "");
+          }
           function pct(v, total) { return total ? (100 * v / total).toFixed(1) + "%" : "-"; }
           function esc(s) {
             return String(s).replace(/[&<>"']/g, function (c) {
@@ -156,21 +179,27 @@ module Heapscope
           // The table under the graph: sites by self value (or by self growth in a diff), summed per frame.
           function table() {
             var per = {}, t = D.types[st.t], total = cur(0);
+            // Self values of one frame's nodes are disjoint sets of samples: their variances add.
             for (var j = 1; j < N; j++) {
-              var f = D.frame[j], e = per[f] || (per[f] = { i: j, self: 0, base: 0 });
+              var f = D.frame[j], e = per[f] || (per[f] = { i: j, self: 0, base: 0, v: 0, bv: 0 });
+              var se = errOf(D.errors, "self", j), be = errOf(D.base_errors, "self", j);
               e.self += selfOf(D.values[st.t], j);
-              if (D.base) e.base += selfOf(D.base[st.t], j);
+              e.v = e.v === null || se === null ? null : e.v + se * se;
+              if (D.base) { e.base += selfOf(D.base[st.t], j); e.bv = e.bv === null || be === null ? null : e.bv + be * be; }
             }
             var rows = Object.keys(per).map(function (k) { return per[k]; })
               .filter(function (e) { return e.self !== 0 || e.base !== 0; });
             rows.sort(function (a, b) { return D.base ? (b.self - b.base) - (a.self - a.base) : b.self - a.self; });
-            var head = D.base ? "<tr><th>base</th><th>new</th><th>change</th><th class=\"n\">site (self)</th></tr>"
-                              : "<tr><th>self</th><th>share</th><th class=\"n\">site (self)</th></tr>";
+            var head = D.base ? "<tr><th>base</th><th>new</th><th>change, error</th><th class=\"n\">site (self)</th></tr>"
+                              : "<tr><th>self</th><th>share</th><th>error</th><th class=\"n\">site (self)</th></tr>";
             var body = rows.slice(0, 20).map(function (e) {
               var name = esc(fn(e.i)) + (where(e.i) ? " <span style=\"color:#777\">" + esc(where(e.i)) + "</span>" : "");
+              var err = e.v === null ? null : Math.sqrt(e.v);
               return D.base ? "<tr><td>" + human(e.base, t.unit) + "</td><td>" + human(e.self, t.unit) + "</td><td>" +
-                  signed(e.self - e.base, t.unit) + "</td><td class=\"n\">" + name + "</td></tr>"
-                : "<tr><td>" + human(e.self, t.unit) + "</td><td>" + pct(e.self, total) + "</td><td class=\"n\">" + name + "</td></tr>";
+                  esc(changeText(e.self - e.base, e.bv === null ? null : quad(err, Math.sqrt(e.bv)), t.unit)) +
+                  "</td><td class=\"n\">" + name + "</td></tr>"
+                : "<tr><td>" + human(e.self, t.unit) + "</td><td>" + pct(e.self, total) + "</td><td>" + relErr(err, e.self) +
+                  "</td><td class=\"n\">" + name + "</td></tr>";
             });
             $("hs-top").innerHTML = "<caption style=\"text-align:left\">" + (D.base ? "Largest growth" : "Top sites") +
               " by self " + esc(t.name) + "</caption>" + head + body.join("");
@@ -180,10 +209,13 @@ module Heapscope
             var t = D.types[st.t], lines = [fn(i)];
             if (where(i)) lines.push(where(i));
             if (D.base) {
-              lines.push(t.name + ": " + human(old(i), t.unit) + " -> " + human(cur(i), t.unit) + " (" + signed(cur(i) - old(i), t.unit) + ")");
+              var ce = quad(errOf(D.errors, "cum", i), errOf(D.base_errors, "cum", i));
+              lines.push(t.name + ": " + human(old(i), t.unit) + " -> " + human(cur(i), t.unit) + " (" +
+                         changeText(cur(i) - old(i), ce, t.unit) + ")");
             } else {
-              lines.push(t.name + ": " + human(cur(i), t.unit) + " (" + pct(cur(i), cur(0)) + " of total), self " +
-                         human(selfOf(D.values[st.t], i), t.unit));
+              var own = selfOf(D.values[st.t], i), oe = errOf(D.errors, "self", i);
+              lines.push(t.name + ": " + human(cur(i), t.unit) + " (" + pct(cur(i), cur(0)) + " of total) " +
+                         relErr(errOf(D.errors, "cum", i), cur(i)) + ", self " + human(own, t.unit) + (own ? " " + relErr(oe, own) : ""));
               // The paired types: bytes and objects of the same kind (inuse_space <-> inuse_objects).
               var stem = t.name.replace(/_(space|objects)$/, "");
               D.types.forEach(function (o, k) {

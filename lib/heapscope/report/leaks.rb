@@ -140,7 +140,7 @@ module Heapscope
             "r_squared" => fit[:r2]&.round(4), "rises" => rises, "intervals" => points.size - 1,
             "steady" => steady.round(4), "score" => (fit[:rate] * steady).round(3),
             "first" => s[:values].first, "last" => s[:values].last, "growth" => growth,
-            "last_relative_error" => last_err && s[:values].last.positive? ? (last_err / s[:values].last).round(4) : nil,
+            "last_relative_error" => last_err && s[:values].last.positive? ? Units.significant(last_err / s[:values].last) : nil,
             "values" => s[:values],
             "gc_age" => age.sort.to_h { |b, v| [b.to_s, v] }, "old_share" => old_share&.round(4),
             "verdict" => verdict(steady, rises, old_share)

@@ -1,35 +1,93 @@
 # frozen_string_literal: true
 
+require "heapscope/report/units"
+
 module Heapscope
   module Report
-    # Sampling turns an estimate into its sampling error. A profile's values are scaled-up samples: each
-    # object was sampled with probability p and counts 1/p, so a site estimated from k sampled objects has
-    # a relative standard error of sqrt((1 - p) / k), about 1/sqrt(k) when p is small (Poisson counting) and
-    # 0 when every object is sampled. p comes from the profile:
-    #   heapscope: p = 1/sample_every (the comment line "sample_every=N"), k = objects * p.
-    #   Go:        an object of size s is sampled with p = 1 - exp(-s/R), R the profile's period
-    #              (MemProfileRate, bytes); s is the site's average object size, k = objects * p.
-    # With neither, the error is unknown (nil) and reports print "?".
-    # heapscope's windowed sampling (comment "sampling=windowed ... windows_opened=N") takes its samples in
-    # windows, so they are not independent: sqrt((1 - p) / k) is then a lower bound, and describe says so.
+    # Sampling turns an estimate into its standard error, from what the profile says about how it was
+    # sampled. Three cases, newest first:
+    #
+    #   heapscope with variance labels (a comment line with "variance=labels"): every sample carries, for
+    #     each sample type T, a numeric label T_var, the sampler's estimate of the variance of that
+    #     sample's value (a missing label is 0). Samples are independent units of the estimator, so the
+    #     variance of a site (any sum of samples) is the sum of their labels, and its standard error the
+    #     square root: Sites sums the labels as extra value columns (variance_labels), and
+    #     absolute_error reads them. This is the sampler's real variance, windows as clusters included.
+    #   heapscope without them (older profiles): each object was sampled with probability p = 1 /
+    #     sample_every and counts 1/p, so a site of k sampled objects has a relative standard error of
+    #     sqrt((1 - p) / k), k = objects * p. Windowed sampling ("sampling=windowed ... windows_opened=N")
+    #     took samples in runs, so that formula is a lower bound there, and describe says so.
+    #   Go: an object of size s is sampled with p = 1 - exp(-s/R), R the profile's period (bytes), s the
+    #     site's average object size; then as above.
+    # With none of them the error is unknown (nil) and reports print "?".
+    #
+    # A profile whose overhead budget lowered the rate (current_sample_every above sample_every, or
+    # rate_lowered=true) says so in describe, which every report header prints; without variance labels
+    # its errors then assume the lowered rate, so they are never the 0 that sample_every: 1 would give.
     class Sampling
-      attr_reader :sample_every, :period, :windows
+      attr_reader :sample_every, :current_sample_every, :period, :windows, :share, :mode
 
       SAMPLE_EVERY = /\bsample_every=(\d{1,19})(?!\d)/.freeze
+      CURRENT_SAMPLE_EVERY = /\bcurrent_sample_every=(\d{1,19})(?!\d)/.freeze
       WINDOWED = /\bsampling=windowed\b/.freeze
       WINDOWS_OPENED = /\bwindows_opened=(\d{1,19})(?!\d)/.freeze
+      VARIANCE = /\bvariance=labels\b/.freeze
+      # key=value pairs of the variance line; values are short words and numbers.
+      PAIR = /\b([a-z_]{1,40})=([\w.]{1,40})/.freeze
+      VARIANCE_SUFFIX = "_var"
 
       # {sample type name => index}, the first of a name winning as in Profile#sample_index: one Hash
       # instead of a linear search per lookup (a profile can declare a million types).
       def self.type_index(prof)
+        name_index(prof.sample_type_names)
+      end
+
+      def self.name_index(names)
         index = {}
-        prof.sample_type_names.each_with_index { |name, i| index[name] ||= i }
+        names.each_with_index { |name, i| index[name] ||= i }
         index
       end
 
-      def initialize(prof)
+      # The variance label of each sample type, in type order ("inuse_space_var" for inuse_space), when
+      # the profile carries them; else nil. Sites and FlameTree sum these labels as extra columns after
+      # the values: the column of type t is sample_types.size + t.
+      def self.variance_labels(prof)
+        return nil unless prof.comments.any? { |c| c.match?(VARIANCE) }
+
+        prof.sample_type_names.map { |name| variance_label(name) }
+      end
+
+      # The name of a sample type's variance label: inuse_space -> inuse_space_var.
+      def self.variance_label(type_name)
+        "#{type_name}#{VARIANCE_SUFFIX}"
+      end
+
+      # A sample's values followed by its variance labels (labels: from variance_labels).
+      def self.with_variances(sample, labels)
+        add_variances(sample.values.dup, sample, labels)
+      end
+
+      # Appends the sample's variance labels to values and returns it. A label that is missing, or not
+      # a number (a hand-edited profile), counts as 0.
+      def self.add_variances(values, sample, labels)
+        found = sample.labels
+        labels.each do |name|
+          v = found[name]
+          values << (v.is_a?(Integer) ? v : 0)
+        end
+        values
+      end
+
+      # type_names: the sample types the value vectors given to this object follow (default: the
+      # profile's own; FlameTree passes the first profile's for a diff's base).
+      def initialize(prof, type_names: prof.sample_type_names)
         @sample_every = nil
+        @current_sample_every = nil
         @windows = nil
+        @rate_lowered = false
+        @variance = false
+        @mode = nil
+        @share = nil
         prof.comments.each do |c|
           # Linear patterns only (a comment is the profile writer's text): "windowed ... windows_opened"
           # is two searches, not one `.*` that backtracks over the comment for every "windowed" in it;
@@ -37,14 +95,24 @@ module Heapscope
           # (it made every error infinite, which JSON cannot hold).
           m = c.match(SAMPLE_EVERY)
           @sample_every = m[1].to_i if m && m[1].to_i.positive?
-          at = c.index(WINDOWED) or next
-          w = c.match(WINDOWS_OPENED, at) and @windows = w[1].to_i
+          m = c.match(CURRENT_SAMPLE_EVERY)
+          @current_sample_every = m[1].to_i if m && m[1].to_i.positive?
+          if c.match?(VARIANCE)
+            read_variance_line(c)
+          elsif (at = c.index(WINDOWED))
+            w = c.match(WINDOWS_OPENED, at) and @windows = w[1].to_i
+            @mode ||= "windowed"
+          end
+        end
+        if @sample_every && @current_sample_every && @current_sample_every > @sample_every
+          @rate_lowered = true
         end
         @period = prof.period if prof.period_type && prof.period_type[1] == "bytes" && prof.period.to_i.positive?
+        @ntypes = type_names.size
         @objects = {}
         @bytes = {}
-        index = Sampling.type_index(prof)
-        prof.sample_type_names.each_with_index do |name, i|
+        index = Sampling.name_index(type_names)
+        type_names.each_with_index do |name, i|
           # Pair each type with its object count and byte size: inuse_space <-> inuse_objects.
           base = name.sub(/_(space|objects)\z/, "")
           @objects[i] = index["#{base}_objects"]
@@ -54,28 +122,63 @@ module Heapscope
 
       # True when errors can be computed at all.
       def known?
-        !(@sample_every.nil? && @period.nil?)
+        @variance || !(@sample_every.nil? && @period.nil?)
+      end
+
+      # True when the profile carries variance labels (errors are the sampler's own).
+      def variance?
+        @variance
+      end
+
+      # True when the overhead budget lowered the sampling rate below 1 in sample_every.
+      def rate_lowered?
+        @rate_lowered
+      end
+
+      # The column of a value vector (Sites, FlameTree) holding the variance of type_index, or nil.
+      def variance_index(type_index)
+        @variance ? @ntypes + type_index : nil
       end
 
       # A short description for report headers.
       def describe
-        if @sample_every && @windows
-          "sample_every=#{@sample_every}, windowed sampling (#{@windows} windows): errors are lower bounds"
-        elsif @sample_every then "sample_every=#{@sample_every}"
-        elsif @period then "Go sampling, one sample per #{Units.bytes(@period)} allocated"
-        else "sampling rate unknown"
-        end
+        text =
+          if @variance
+            "sample_every=#{@sample_every || "?"}, #{mode_text}; errors from the sampler's variance"
+          elsif @sample_every && @windows
+            "sample_every=#{@sample_every}, windowed sampling (#{@windows} windows): errors are lower bounds"
+          elsif @sample_every then "sample_every=#{@sample_every}"
+          elsif @period then "Go sampling, one sample per #{Units.bytes(@period)} allocated"
+          else "sampling rate unknown"
+          end
+        return text unless @rate_lowered
+
+        "#{text}; rate lowered by the overhead budget from 1 in #{@sample_every} to 1 in #{@current_sample_every || "?"}"
       end
 
       # Estimated number of samples behind an estimate, given the values vector (all sample types) of a
-      # site and the index of the type reported. nil when unknown.
+      # site and the index of the type reported. With variance labels, the number of independent
+      # samples that would give the same relative error on the object count ((objects / error)²; the
+      # object count itself when it is exact). nil when unknown.
       def samples(values, type_index)
+        oi = @objects[type_index]
+        return nil if oi.nil?
+
+        if (var = variance_of(values, oi))
+          objects = values[oi].abs
+          return var.zero? ? objects.to_f : objects.to_f**2 / var
+        end
         p = probability(values, type_index)
-        p && values[@objects[type_index]].abs * p
+        p && values[oi].abs * p
       end
 
       # Relative error (0.1 = ±10%) of the value values[type_index]; nil when unknown or nothing sampled.
       def relative_error(values, type_index)
+        value = values[type_index]
+        if (var = variance_of(values, type_index))
+          return value.zero? ? nil : Math.sqrt(var) / value.abs
+        end
+
         p = probability(values, type_index)
         return nil if p.nil?
 
@@ -85,13 +188,13 @@ module Heapscope
         Math.sqrt((1 - p) / k)
       end
 
-      # The probability that one object of this site was sampled, or nil when unknown.
+      # The probability that one object of this site was sampled, or nil when unknown (old formulas).
       def probability(values, type_index)
         oi = @objects[type_index]
         return nil if oi.nil?
 
-        if @sample_every
-          1.0 / @sample_every
+        if (every = assumed_every)
+          1.0 / every
         elsif @period
           bi = @bytes[type_index]
           objects = values[oi].abs.to_f
@@ -103,10 +206,57 @@ module Heapscope
 
       # Absolute standard error of values[type_index] (same unit as the value), nil when unknown.
       def absolute_error(values, type_index)
+        if (var = variance_of(values, type_index))
+          return Math.sqrt(var)
+        end
+
         rel = relative_error(values, type_index)
         return (values[type_index].zero? ? 0.0 : nil) if rel.nil?
 
         rel * values[type_index].abs
+      end
+
+      private
+
+      # The summed variance label of type_index in a value vector (an Array or a Hash of columns), or nil
+      # when the profile has no labels or the vector lacks the column. A negative sum (only a crafted
+      # profile makes one) counts as 0.
+      def variance_of(values, type_index)
+        return nil unless @variance
+
+        v = values[@ntypes + type_index]
+        return nil if v.nil?
+
+        v.positive? ? v : 0
+      end
+
+      # The rate the old formula assumes: the lowered one when the budget lowered it (the larger error).
+      def assumed_every
+        return @current_sample_every if @rate_lowered
+
+        @sample_every
+      end
+
+      # sampling=windowed|always share=F sample_every=N current_sample_every=M rate_lowered=B windows=W
+      def read_variance_line(line)
+        @variance = true
+        pairs = line.scan(PAIR).to_h
+        @mode = pairs["sampling"] if %w[windowed always].include?(pairs["sampling"])
+        @share = Float(pairs["share"], exception: false)
+        @windows = pairs["windows"].to_i if pairs["windows"]&.match?(/\A\d{1,19}\z/)
+        @rate_lowered = true if pairs["rate_lowered"] == "true"
+      end
+
+      def mode_text
+        case @mode
+        when "windowed"
+          parts = []
+          parts << "hook on #{Units.share(@share)} of the time" if @share
+          parts << "#{@windows} windows" if @windows
+          parts.empty? ? "windowed sampling" : "windowed sampling (#{parts.join(", ")})"
+        when "always" then "sampling always"
+        else "sampling mode unknown"
+        end
       end
     end
   end

@@ -2,6 +2,7 @@
 
 require "heapscope/pprof"
 require "heapscope/report/escape"
+require "heapscope/report/sampling"
 
 module Heapscope
   module Report
@@ -21,12 +22,17 @@ module Heapscope
     #   function  the leaf function, C functions included.
     #   class     the "class" label (heapscope profiles); "(no class label)" otherwise.
     # flat counts a sample at its site; cum counts it at every site in its stack (once per sample).
+    #
+    # A value vector holds one value per sample type and, when the profile carries variance labels
+    # (Sampling.variance_labels), one summed variance per sample type after them: variances of samples
+    # add like their values, so a site's error comes out of the same sums (Sampling#absolute_error).
     module Sites
       BY = %w[line function class].freeze
       NO_CLASS = "(no class label)"
 
-      # Entry is one row: name for display; flat is a value vector over all sample types, cum too, or a
-      # Hash {type index => value} of the types aggregate was asked for (its cum:).
+      # Entry is one row: name for display; flat is a value vector over all sample types (and their
+      # variance columns), cum too, or a Hash {column => value} of the columns aggregate was asked for
+      # (its cum:).
       Entry = Struct.new(:key, :name, :function, :file, :line, :flat, :cum)
 
       module_function
@@ -85,16 +91,17 @@ module Heapscope
       # addition per distinct site and type. The frames themselves are walked only for a stack that
       # brings a site not seen before, to name it.
       #
-      # cum: the sample type indexes whose cum values are wanted (nil: all). With a list, Entry#cum is a
-      # Hash {index => value} of just those: diff and leaks read flat only, top the type it shows and
-      # the ones its error needs, and a vector of every type per site would cost sites x types (a
-      # profile can declare a million types). Entry#flat is a vector of every type, shared and frozen
+      # cum: the columns whose cum values are wanted (nil: all; a type's variance column is
+      # Sampling#variance_index). With a list, Entry#cum is a Hash {column => value} of just those: diff
+      # and leaks read flat only, top the type it shows and the ones its error needs, and a vector of
+      # every type per site would cost sites x types (a profile can declare a million types). Entry#flat is a vector of every type, shared and frozen
       # for the sites that are never a leaf, so it costs types x leaf sites, which the input holds.
       def aggregate(prof, by, samples: prof.samples, cum: nil)
         raise Error, "--by must be one of #{BY.join(", ")}, got #{by.inspect}" unless BY.include?(by)
 
-        n = prof.sample_types.size
-        return aggregate_classes(samples, n) if by == "class"
+        var = Sampling.variance_labels(prof)
+        n = prof.sample_types.size + (var ? var.size : 0) # the width of a value vector
+        return aggregate_classes(samples, n, var) if by == "class"
 
         # Location ids are 1..N in every writer we know: then an Array is the fastest map for values_at.
         dense = prof.locations.size * 4 + 1024
@@ -106,7 +113,7 @@ module Heapscope
         cum = (cum || (0...n)).to_h { |t| [t, []] } # type index -> site id -> cum value
         sums_arrays = cum.values
         deferred = cum.transform_values { {} } # type index -> location id -> sum for its sites (see count_multi)
-        stacks(samples, n).each do |ids, values|
+        stacks(samples, n, var).each do |ids, values|
           seq = st[:single].values_at(*ids)
           multi = seq.include?(nil) # a location not seen yet, or one with several sites
           if multi
@@ -184,13 +191,15 @@ module Heapscope
       end
 
       # [[location ids, values summed over the samples with that stack]] in first-seen order, leaving out
-      # samples whose values are all zero (as if they were not there).
-      def stacks(samples, n)
+      # samples whose values are all zero (as if they were not there). var: the variance labels to add
+      # as columns after the values (n counts them), or nil.
+      def stacks(samples, n, var = nil)
         sums = {}
         samples.each do |s|
           values = s.values
           next if values.all?(&:zero?)
 
+          values = Sampling.with_variances(s, var) if var
           if (sum = sums[s.location_ids])
             i = 0
             while i < n
@@ -198,7 +207,7 @@ module Heapscope
               i += 1
             end
           else
-            sums[s.location_ids] = values.dup
+            sums[s.location_ids] = var ? values : values.dup # (with_variances made a copy)
           end
         end
         sums
@@ -282,11 +291,13 @@ module Heapscope
         st[:order] << sid
       end
 
-      def aggregate_classes(samples, n)
+      def aggregate_classes(samples, n, var)
         entries = {}
         samples.each do |s|
           values = s.values
           next if values.all?(&:zero?)
+
+          values = Sampling.with_variances(s, var) if var
 
           cls = s.labels["class"]
           cls = cls.nil? ? NO_CLASS : cls.to_s

@@ -47,6 +47,7 @@ module Heapscope
         stem = name.sub(/_(space|objects)\z/, "")
         objects_i = prof.sample_index(name.sub(/_space\z/, "_objects"))
         wanted = [ti, objects_i, prof.sample_index("#{stem}_objects"), prof.sample_index("#{stem}_space")].compact.uniq
+        wanted |= wanted.filter_map { |i| sampling.variance_index(i) } # their variances (variance labels)
         entries = Sites.aggregate(prof, by, cum: wanted).values
         total = prof.samples.sum { |s| s.values[ti] }
         sort = cum ? :cum : :flat
@@ -60,7 +61,7 @@ module Heapscope
             "cum" => e.cum[ti], "cum_percent" => pct(e.cum[ti], total),
             "objects" => objects_i && e.send(sort)[objects_i],
             "samples" => sampling.samples(e.send(sort), ti)&.round(1),
-            "relative_error" => sampling.relative_error(e.send(sort), ti)&.round(4),
+            "relative_error" => Units.significant(sampling.relative_error(e.send(sort), ti)),
           }
         end
         {

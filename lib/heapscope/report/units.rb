@@ -36,14 +36,36 @@ module Heapscope
         Kernel.format("%.1f%%", 100.0 * part / whole)
       end
 
-      # A relative error (0.05) as "±5%"; nil (unknown) as "?".
+      # A relative error (0.05) as "±5%"; nil (unknown) as "?". Only an error that is exactly 0 prints
+      # "0%" (every object counted): a small nonzero one keeps a digit ("±0.4%") or says "<0.1%", never
+      # rounds to 0, so a sampled estimate never looks exact.
       def error(rel)
         return "?" if rel.nil?
         return ">100%" if rel > 1
-
         return "0%" if rel.zero?
+        return "<0.1%" if rel < 0.001
 
-        rel < 0.01 ? "<1%" : Kernel.format("±%.0f%%", 100 * rel)
+        rel < 0.01 ? Kernel.format("±%.1f%%", 100 * rel) : Kernel.format("±%.0f%%", 100 * rel)
+      end
+
+      # An absolute error as "±1.5 KiB"; nil as "?"; a nonzero one that rounds to nothing as "±<1 B".
+      def abs_error(err, unit)
+        return "?" if err.nil?
+        return "±<1#{unit == "bytes" ? " B" : ""}" if err.positive? && err < 0.5
+
+        "±#{format(err.round, unit)}"
+      end
+
+      # x rounded to 4 significant digits, for JSON: a small error stays nonzero (round(4) made 3e-5 a 0).
+      def significant(x, digits = 4)
+        return x if x.nil? || x.zero? || !x.finite?
+
+        x.round(digits - 1 - Math.log10(x.abs).floor)
+      end
+
+      # A fraction (0.04) as a percentage with up to 3 significant digits ("4%", "2.5%").
+      def share(fraction)
+        "#{Kernel.format("%.3g", 100.0 * fraction)}%"
       end
 
       # A number with a sign, for growth: "+1.5 KiB", "-3".
