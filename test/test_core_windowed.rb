@@ -70,35 +70,38 @@ class TestCoreWindowed < Minitest::Test
     kept.clear
   end
 
+  # The hook's cost is its share of time: with the defaults (4%), and over several seconds, the share of
+  # allocations it was on for stays under twice that (a window runs on until its sync job, and a short
+  # run may draw a few long ones); the profile says what it was, and its weight scale turns the
+  # realized share back into the meant one. Ruby 3.1 changes windows at GCs only, so few of them.
   def test_the_hook_is_on_for_about_its_share_of_allocations
-    Heapscope.start # the defaults: windowed, 2%
-    # Once per run the hook is on for more: the first window's delay (up to 65,536 allocations) and the 16
-    # warm-up windows that skip the share's coin; and while the GC interval settles (a heap grown by
-    # earlier tests first collects rarely, then more often), windows are planned for the longer strides
-    # of the past. So the share is judged over 10M allocations after 20 windows, and at least 20 more.
-    allocate_until = lambda do |windows|
-      batches = 0
-      1_000_000.times { Object.new } until (batches += 1) > 10 && Heapscope.stats[:windows_opened] >= windows || batches > 80
-    end
-    allocate_until.call(20)
-    before = Heapscope.stats
-    allocate_until.call(before[:windows_opened] + 20)
+    Heapscope.start(sampling: :windowed)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 3
+    100_000.times { Object.new } while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
     stats = Heapscope.stats
     assert_equal :windowed, stats[:sampling]
-    assert_operator stats[:windows_opened], :>=, 40, stats.inspect
-    steady = (stats[:hook_allocations] - before[:hook_allocations]).fdiv(stats[:allocations] - before[:allocations])
-    assert_operator steady, :<, 0.03, "steady share #{steady}; before #{before}; after #{stats}"
-    assert_operator steady, :>, 0.01, "steady share #{steady}; before #{before}; after #{stats}"
-    assert_operator stats[:hook_on_share], :>, 0.005, stats.inspect
+    assert_operator stats[:hook_on_share], :<, 0.08, stats.inspect
+    if ticker?
+      assert_operator stats[:windows_opened], :>=, 100, stats.inspect
+      assert_operator stats[:hook_on_share], :>, 0.005, stats.inspect
+      assert_operator stats[:sync_jobs], :>, 0, stats.inspect
+    end
     comments = heap_profile.comments.join("\n")
-    assert_match(/sampling=windowed window_share=0\.02 windows_opened=\d+/, comments)
+    assert_match(/sampling=windowed share=0\.04 realized_share=[\d.]+ weight_scale=[\d.]+ .*variance=labels/, comments)
+  end
+
+  # The ticker (Ruby 3.3+) runs where rb_postponed_job_preregister exists.
+  def ticker?
+    Heapscope.stats[:ticker_wakeups].positive?
   end
 
   def test_windows_open_for_allocations_in_a_thread_while_the_main_thread_sleeps
-    Heapscope.start(sampling: :windowed, sample_every: 100, max_overhead: nil)
+    # Half the time on, so that on Ruby 3.1, whose windows change at GCs only, the worker's ten GCs open
+    # some too.
+    Heapscope.start(sampling: :windowed, sample_every: 100, max_overhead: nil, window_share: 0.5)
     kept = []
     # A heap grown by earlier tests may not collect for a while on its own: each batch ends with a GC
-    # started by the worker, which opens a window for its next allocations.
+    # started by the worker, a sync point for the hook.
     worker = Thread.new do
       10.times do
         20_000.times { kept << Kept.new }
