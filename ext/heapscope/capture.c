@@ -251,9 +251,10 @@ void capture_settle_records(void) {
 
 void capture_prepare_snapshot(void) {
   if (!cap.running) return;
+  // A profile is a sync point too (its moment does not depend on the schedule). First: registering may
+  // start a GC, which the settling after it accounts for.
+  if (cap.config.windowed && cap.failure == NULL) windows_sync_outside_gc();
   capture_settle_records();
-  // A profile is a sync point too (its moment does not depend on the schedule).
-  if (cap.config.windowed && cap.failure == NULL) windows_sync();
 }
 
 bool capture_exclude_thread(VALUE thread) {
@@ -346,6 +347,9 @@ void capture_init(void) {
   settle_job_handle = rb_postponed_job_preregister(0, settle_job, NULL);
 #endif
   windows_init();
+  // Once per process, at load: it allocates (20,000 objects), which inside Heapscope.start would be GCs
+  // the run did not see.
+  windows_calibrate_hook_cost();
   // The ticker must be gone before the VM it posts jobs to is.
   ruby_vm_at_exit(stop_ticker_at_exit);
   pthread_atfork(lock_before_fork, unlock_in_parent, reset_in_child);
@@ -387,7 +391,6 @@ bool capture_start(const capture_config *config) {
     free_buffers();
     return false;
   }
-  if (config->windowed) windows_calibrate_hook_cost(); // before anything is registered: it allocates
   memset(&cap.stats, 0, sizeof cap.stats);
   uint64_t seed = sampler_seed_from_os();
   sampler_init(&cap.sampler, config->sample_every, seed);
@@ -401,6 +404,7 @@ bool capture_start(const capture_config *config) {
   cap.window_open = false;
   cap.ticker_lost = false;
   cap.syncing = false;
+  cap.gc_stress_polled = false;
   cap.hook_allocations = cap.uncharged_allocations = 0;
   cap.last_marking_gc = cap.last_gc_count;
   cap.started_allocations = capture_vm_allocations();
@@ -412,7 +416,7 @@ bool capture_start(const capture_config *config) {
     // and at the ticker's jobs.
     cap.gc_hook_on = false;
     if (cap.gc_stress) windows_keep_gc_hook_registered(); // see capture_gc_stress_changed
-    windows_sync();
+    windows_sync_outside_gc();
     windows_start_ticker();
   } else {
     rb_tracepoint_enable(cap.gc_hook);

@@ -78,6 +78,7 @@ typedef struct {
   bool gc_stress;          // GC.stress is on (Ruby 3.1: nothing is registered inside the GC then)
   bool ticker_lost;        // a forked child: the ticker thread is to be started again
   bool syncing;            // inside windows_sync (a GC it starts does not sync again)
+  bool gc_stress_polled;   // GC.stress was on when last asked (windows_sync_outside_gc)
   uint32_t last_marking_gc; // rb_gc_count() of the last GC whose marking was handled
   uint32_t window;         // the current window's number: a sample's cluster (each sample's own when always)
   uint64_t hook_allocations;   // allocations the hook has seen, up to the last countdown load or close
@@ -119,6 +120,7 @@ void windows_init(void);                    // from capture_init: job handles, i
 uint64_t windows_virtual_now(void);         // virtual nanoseconds (schedule.h)
 void windows_calibrate_hook_cost(void);     // once per process, before anything is registered
 void windows_sync(void);                    // a sync point; inside a GC only where registering is safe
+void windows_sync_outside_gc(void);         // a sync point outside the GC (may call Ruby: GC.stress)
 void windows_start_ticker(void);
 void windows_on_gc_marking(void);           // inside every GC's marking (the holder's dmark)
 void windows_keep_gc_hook_registered(void); // outside the GC, while GC.stress is on

@@ -56,10 +56,27 @@ void windows_sync(void) {
   pthread_mutex_unlock(&sched_lock);
   // Under GC.stress (watched on Ruby 3.1 only) every allocation collects: a window would make every
   // one of them a sampled GC too. Windows stay shut then (a debugging mode: its allocations are missed).
-  if (cap.gc_stress) on = false;
+  if (cap.gc_stress || cap.gc_stress_polled) on = false;
   if (on && !cap.window_open) open_window();
   else if (!on && cap.window_open) close_window();
   cap.syncing = false;
+}
+
+static ID id_stress;
+
+void windows_sync_outside_gc(void) {
+  // GC.stress makes every allocation collect (windows_sync keeps windows shut then); Ruby 3.1's
+  // lib/heapscope.rb reports it, later Rubies are asked here, outside the GC.
+  cap.gc_stress_polled = RTEST(rb_funcall(rb_mGC, id_stress, 0));
+  // Registering mallocs: a GC started in the middle would run its own sync and liveness pass while
+  // the hook list is half changed. GC waits instead (where Ruby can disable it without finishing one).
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+  VALUE gc_was_disabled = rb_gc_disable_no_rest();
+  windows_sync();
+  if (!RTEST(gc_was_disabled)) rb_gc_enable();
+#else
+  windows_sync();
+#endif
 }
 
 // The postponed job the ticker asks for: a sync point at an interrupt check. Its own cost is heapscope's
@@ -76,7 +93,7 @@ static void sync_job(void *unused) {
     cap.stats.sync_latency_nanos += latency;
     if (latency > cap.stats.sync_latency_max_nanos) cap.stats.sync_latency_max_nanos = latency;
   }
-  windows_sync();
+  windows_sync_outside_gc();
   uint64_t spent = capture_now_nanos() - started;
   add_own_nanos(spent);
   pthread_mutex_lock(&sched_lock);
@@ -255,6 +272,7 @@ void windows_init(void) {
   (void)rb_gc_stat(sym_malloc_increase_bytes);
   (void)rb_gc_stat(sym_malloc_increase_bytes_limit);
 #endif
+  id_stress = rb_intern("stress");
 #ifdef TICKER_SYNC
   sync_job_handle = rb_postponed_job_preregister(0, sync_job, NULL);
   restart_job_handle = rb_postponed_job_preregister(0, restart_job, NULL);
