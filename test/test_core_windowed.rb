@@ -80,11 +80,16 @@ class TestCoreWindowed < Minitest::Test
     100_000.times { Object.new } while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
     stats = Heapscope.stats
     assert_equal :windowed, stats[:sampling]
-    assert_operator stats[:hook_on_share], :<, 0.08, stats.inspect
     if ticker?
+      assert_operator stats[:hook_on_share], :<, 0.08, stats.inspect
       assert_operator stats[:windows_opened], :>=, 100, stats.inspect
       assert_operator stats[:hook_on_share], :>, 0.005, stats.inspect
       assert_operator stats[:sync_jobs], :>, 0, stats.inspect
+    else
+      # Ruby 3.1: a window lasts from one GC to the next, so a run's share is a few strides' luck (with
+      # 50 of them, above 8% one time in twelve); what holds is that no weight is scaled past its bound.
+      assert_operator stats[:weight_scale], :<=, 3.0, stats.inspect
+      assert_operator stats[:weight_scale], :>=, 0.5, stats.inspect
     end
     comments = heap_profile.comments.join("\n")
     assert_match(/sampling=windowed share=0\.04 realized_share=[\d.]+ weight_scale=[\d.]+ .*variance=labels/, comments)
