@@ -67,7 +67,11 @@ static ID id_stress;
 void windows_sync_outside_gc(void) {
   // GC.stress makes every allocation collect (windows_sync keeps windows shut then); Ruby 3.1's
   // lib/heapscope.rb reports it, later Rubies are asked here, outside the GC.
+#ifdef TICKER_SYNC
+  // (Ruby 3.1 is told by lib/heapscope.rb instead; a polled value there would go stale between
+  // profiles, as GCs cannot poll.)
   cap.gc_stress_polled = RTEST(rb_funcall(rb_mGC, id_stress, 0));
+#endif
   // Registering mallocs: a GC started in the middle would run its own sync and liveness pass while
   // the hook list is half changed. GC waits instead (where Ruby can disable it without finishing one).
 #ifdef HAVE_RB_GC_DISABLE_NO_REST
