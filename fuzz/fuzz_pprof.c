@@ -3,6 +3,8 @@
 // read back with the independent decoder in test/c/pprof_decode.h, validated (the rules pprof
 // consumers enforce) and compared field by field with what went in. Every tenth input is also gzipped
 // and gunzipped.
+#include <math.h>
+#include <stdio.h>
 #include <zlib.h>
 
 #include "../ext/heapscope/pprof.h"
@@ -86,7 +88,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int v = 0; v < HS_VALUE_COUNT; v++) values[v] = (int64_t)fz_bits(&in, fz_below(&in, 9));
     uint32_t class_id = fz_below(&in, 2) ? fz_below(&in, strings_total) : 0;
     int32_t gc_age = fz_below(&in, 2) ? (int32_t)fz_bits(&in, 4) : HS_NO_AGE;
-    FZ_ASSERT(snapshot_add_sample(s, offset, n, class_id, gc_age, values, NULL));
+    // Windowed samples carry totals by variance group (any float, huge and negative ones too).
+    hs_group_totals groups;
+    bool with_groups = fz_below(&in, 2);
+    for (int t = 0; with_groups && t < 2; t++) {
+      for (int g = 0; g < VARIANCE_GROUPS; g++) groups[t][g] = (float)((int64_t)fz_bits(&in, fz_below(&in, 9))) * (fz_below(&in, 2) ? 1e12f : 1.0f);
+    }
+    if (with_groups) s->has_groups = true;
+    FZ_ASSERT(snapshot_add_sample(s, offset, n, class_id, gc_age, values, NULL, with_groups ? &groups : NULL,
+                                  fz_below(&in, 2) ? HS_ALLOC_OBJECTS : HS_INUSE_OBJECTS));
   }
 
   // Header and comments (lines of any non-NUL bytes, empty lines included).
@@ -165,6 +175,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FZ_ASSERT(label < got->label_count && same_bytes(p, got->labels[label].key, "gc_age", 6));
       FZ_ASSERT(got->labels[label].num == want->gc_age && same_bytes(p, got->labels[label].num_unit, "gcs", 3));
       label++;
+    }
+    // Then the nonzero group totals, as whole numbers (saturated), named <type>_vg<group>.
+    static const char *const types[HS_VALUE_COUNT] = {"alloc_objects", "alloc_space", "inuse_objects", "inuse_space"};
+    for (int t = 0; want->groups != 0 && t < 2; t++) {
+      for (int g = 0; g < VARIANCE_GROUPS; g++) {
+        float v = s->group_totals[want->groups - 1][t][g];
+        int64_t num = v >= 9.2e18f ? INT64_MAX : v <= -9.2e18f ? INT64_MIN : llroundf(v);
+        if (num == 0) continue;
+        char name[40];
+        int len = snprintf(name, sizeof name, "%s_vg%d", types[want->group_types + t], g);
+        FZ_ASSERT(label < got->label_count && same_bytes(p, got->labels[label].key, name, (size_t)len));
+        FZ_ASSERT(got->labels[label].num == num);
+        label++;
+      }
     }
     FZ_ASSERT(label == got->label_count);
   }

@@ -178,8 +178,8 @@ class TestCoreAPI < Minitest::Test
     assert_equal 50_000, sum_at(prof, "alloc_objects", line, klass: "TestCoreAPI::Leak")
     assert_equal 50_000, sum_at(prof, "inuse_objects", line, klass: "TestCoreAPI::Leak")
     assert_equal 1, Heapscope.stats[:current_sample_every]
-    line_text = prof.comments.find { |c| c.include?("variance=labels") }
-    assert_match(/\brate_lowered=false\b/, line_text) if line_text
+    line_text = prof.comments.find { |c| c.start_with?("sampling=") }
+    assert_match(/\brate_lowered=false\b.*\bvariance=labels\z/, line_text)
     refute_nil keep
   end
 
@@ -225,7 +225,14 @@ class TestCoreAPI < Minitest::Test
     comments = decode(Heapscope.profile).comments
     line = comments.find { |c| c.start_with?("sampling=") }
     assert line, comments.inspect
-    assert_match(/\Asampling=#{expected} share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ sample_every=\d+ current_sample_every=\d+ rate_lowered=(true|false) windows=\d+ hook_on_share=[\d.]+ allocations=\d+ skipped_own=\d+ variance=labels\z/, line)
+    assert_match(/\Asampling=#{expected} share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ sample_every=\d+ current_sample_every=\d+ rate_lowered=(true|false) windows=\d+ hook_on_share=[\d.]+ allocations=\d+ skipped_own=\d+ variance=#{expected == :windowed ? "groups" : "labels"}\z/, line)
+    # Windowed: the variance groups' allocations (docs/configuration.md), 16 whole numbers.
+    design = comments.find { |c| c.start_with?("variance_groups=") }
+    if expected == :windowed
+      assert_match(/\Avariance_groups=16 group_allocations=\d+(,\d+){15}\z/, design)
+    else
+      assert_nil design
+    end
     refute_nil keep
   end
 end

@@ -92,7 +92,12 @@ class TestCoreWindowed < Minitest::Test
       assert_operator stats[:weight_scale], :>=, 0.5, stats.inspect
     end
     comments = heap_profile.comments.join("\n")
-    assert_match(/sampling=windowed share=0\.04 realized_share=[\d.]+ weight_scale=[\d.]+ .*variance=labels/, comments)
+    assert_match(/sampling=windowed share=0\.04 realized_share=[\d.]+ weight_scale=[\d.]+ .*variance=groups$/, comments)
+    # The groups' allocations add up to the allocations the hook saw in closed windows and the open one.
+    design = comments[/^variance_groups=16 group_allocations=([\d,]+)$/, 1]
+    refute_nil design, comments
+    assert_operator design.split(",").sum(&:to_i), :<=, Heapscope.stats[:hook_allocations]
+    assert_operator design.split(",").sum(&:to_i), :>, 0
   end
 
   # The ticker (Ruby 3.3+) runs where rb_postponed_job_preregister exists.

@@ -106,7 +106,7 @@ class TestReportVariance < Minitest::Test
     s = Sampling.new(old)
     refute s.variance?
     assert_in_delta Math.sqrt(0.99 / 8), s.relative_error([1000, 64_000, 800, 8_000_000], 3), 1e-9
-    assert_nil s.variance_index(3)
+    assert_empty s.variance_columns(3)
     # A labels line without labels on a sample: that sample's variance is 0 (exact), not the formula.
     prof = labelled_profile([[LEAK, [10, 640, 8, 512], [0, 0, 0, 0]]], sample_every: 1)
     _, out, = run_cli("top", write("exact.pb.gz", prof), "--json")

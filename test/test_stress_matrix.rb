@@ -300,13 +300,6 @@ class TestStressMatrix < Minitest::Test
       2.times { decoded; Thread.pass }
       GC.stress = false
       threads.each(&:join)
-      # Windows stay shut under GC.stress, when most of the threads' objects were made, and on Ruby 3.1
-      # change at GCs only: ten rounds, each after a GC, so some window (each GC: one chance in two)
-      # samples Kept objects (all ten without one: about one run in a thousand).
-      10.times do
-        GC.start
-        (300 * SCALE).times { keep << Kept.new }
-      end
       GC.compact
       GC.auto_compact = true
       3.times { Array.new(500) { |i| "g#{i}" }; GC.start; decoded }

@@ -147,23 +147,23 @@ static double hook_on_share(const capture_stats *cs) {
 }
 
 // The profile's comments: the settings and every counter of what was dropped, so a reader of the
-// profile alone can tell how complete it is.
-static char *profile_comments(uint32_t min_age) {
+// profile alone can tell how complete it is; windowed, the variance groups' allocations (variance.h).
+static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
   const capture_config *c = capture_current_config();
   capture_stats cs;
   recorder_stats rs;
   capture_get_stats(&cs);
   recorder_get_stats(capture_recorder(), &rs);
-  size_t size = 1536;
+  size_t size = 1536 + 24 * VARIANCE_GROUPS;
   char *text = malloc(size);
   if (text == NULL) return NULL;
-  snprintf(text, size,
+  int used = snprintf(text, size,
            "heapscope %s ruby %s pid %ld\n"
            "sample_every=%u current_sample_every=%u max_overhead=%g max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
            "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
            "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu gc_runs_missed=%llu\n"
            "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f sample_every=%u current_sample_every=%u rate_lowered=%s "
-           "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=labels\n"
+           "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=%s\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
@@ -176,7 +176,14 @@ static char *profile_comments(uint32_t min_age) {
            c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), c->sample_every, cs.current_every,
            cs.current_every > c->sample_every || cs.rate_adjustments > 0 ? "true" : "false",
            (unsigned long long)cs.windows_opened, hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
-           (unsigned long long)cs.skipped_own);
+           (unsigned long long)cs.skipped_own, snapshot->has_groups ? "groups" : "labels");
+  if (snapshot->has_groups && used > 0 && (size_t)used < size) {
+    used += snprintf(text + used, size - (size_t)used, "variance_groups=%d group_allocations=", VARIANCE_GROUPS);
+    for (int g = 0; g < VARIANCE_GROUPS && used > 0 && (size_t)used < size; g++) {
+      used += snprintf(text + used, size - (size_t)used, g ? ",%.0f" : "%.0f", snapshot->design.allocations[g]);
+    }
+    if (used > 0 && (size_t)used < size) snprintf(text + used, size - (size_t)used, "\n");
+  }
   return text;
 }
 
@@ -227,7 +234,7 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   job.snapshot->period = capture_current_config()->sample_every;
   job.snapshot->time_nanos = (int64_t)now;
   job.snapshot->duration_nanos = (int64_t)(now - started_at_nanos);
-  job.snapshot->comments = profile_comments(age);
+  job.snapshot->comments = profile_comments(age, job.snapshot);
   uint64_t encode_started = monotonic_nanos();
   last_profile_gvl_nanos = encode_started - gvl_started;
   rb_thread_call_without_gvl(encode_without_gvl, &job, NULL, NULL);

@@ -2,14 +2,18 @@
 //   Profile.sample_type: alloc_objects/count, alloc_space/bytes, inuse_objects/count, inuse_space/bytes
 //   Profile.sample: location ids leaf first; values already scaled by the sampling weight (pprof
 //     consumers do no unsampling of their own); labels "class" (str) and "gc_age" (num, GCs survived,
-//     bucket lower bound), and "<type>_var" (num, per value type that is not exact: the estimate's
-//     sampling variance, objects^2 or bytes^2; a sum of samples has the sum of their variances)
+//     bucket lower bound), "<type>_var" (num, per value type that is not exact: the estimate of that
+//     sample's sampling variance, objects^2 or bytes^2) and, windowed, "<type>_vg<g>" (num: the part
+//     of the value from windows of variance group g, g = 0..15, omitted when 0; variance.h says how a
+//     sum of samples gets its variance from its summed groups)
 //   one Location per distinct (function, file, line) (one Line each), one Function per distinct
 //   (name, file)
 //   string_table[0] == ""; location and function ids are 1..N in first-use order, so the output is
 //   deterministic for a given snapshot.
 #include "pprof.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -128,6 +132,14 @@ static void write_label(pb_buffer *b, int64_t key, int64_t str, int64_t num, int
   pb_end_message(b, tagSample_Label, start);
 }
 
+// A group total as a label's whole number, saturated (a float may hold more than int64 can).
+static int64_t group_total(float v) {
+  if (!(v == v)) return 0; // NaN: nothing a reader could use
+  if (v >= 9.2e18f) return INT64_MAX;
+  if (v <= -9.2e18f) return INT64_MIN;
+  return llroundf(v);
+}
+
 static void write_samples(encoder *e, pb_buffer *b) {
   const hs_snapshot *s = e->snapshot;
   int64_t class_key = literal(e, "class"), age_key = literal(e, "gc_age");
@@ -135,6 +147,14 @@ static void write_samples(encoder *e, pb_buffer *b) {
   int64_t gcs_unit = literal(e, "gcs");
   int64_t variance_keys[HS_VALUE_COUNT];
   for (int v = 0; v < HS_VALUE_COUNT; v++) variance_keys[v] = literal(e, variance_label_names[v]);
+  int64_t group_keys[HS_VALUE_COUNT][VARIANCE_GROUPS];
+  for (int v = 0; s->has_groups && v < HS_VALUE_COUNT; v++) {
+    for (int g = 0; g < VARIANCE_GROUPS; g++) {
+      char name[40];
+      snprintf(name, sizeof name, "%s_vg%d", sample_type_names[v][0], g);
+      group_keys[v][g] = literal(e, name);
+    }
+  }
   for (size_t i = 0; i < s->sample_count && !e->failed; i++) {
     const hs_sample *sample = &s->samples[i];
     size_t start = pb_start_message(b);
@@ -146,6 +166,15 @@ static void write_samples(encoder *e, pb_buffer *b) {
     if (sample->gc_age != HS_NO_AGE) write_label(b, age_key, 0, sample->gc_age, gcs_unit);
     for (int v = 0; v < HS_VALUE_COUNT; v++) {
       if (sample->variances[v] != 0) write_label(b, variance_keys[v], 0, sample->variances[v], 0);
+    }
+    if (s->has_groups && sample->groups != 0 && sample->group_types >= 0 && sample->group_types + 1 < HS_VALUE_COUNT) {
+      const hs_group_totals *totals = &s->group_totals[sample->groups - 1];
+      for (int t = 0; t < 2; t++) {
+        for (int g = 0; g < VARIANCE_GROUPS; g++) {
+          int64_t total = group_total((*totals)[t][g]);
+          if (total != 0) write_label(b, group_keys[sample->group_types + t][g], 0, total, 0);
+        }
+      }
     }
     pb_end_message(b, tagProfile_Sample, start);
   }

@@ -33,7 +33,6 @@ typedef struct {
   uint32_t weight;   // allocations this sample stands for
   uint32_t flags;
   uint32_t window;   // the sampling window it was taken in: records of one window are one cluster
-  uint32_t window_allocations; // the allocations the hook saw in that window, once it closed (windowed)
 } record;
 _Static_assert(sizeof(record) <= 48, "the design budget is 48 bytes per tracked object");
 
@@ -45,7 +44,8 @@ typedef struct {
 typedef struct {
   alloc_key key;
   int64_t objects, bytes; // weighted
-  cluster_sums sums;      // objects by window, for the variance (variance.h)
+  group_sums groups;      // windowed: objects by variance group (variance.h)
+  double bernoulli;       // always-on: the objects' Bernoulli variance
 } alloc_counter;
 
 struct recorder {
@@ -62,11 +62,7 @@ struct recorder {
 
   size_t suspect_count;       // records flagged RECORD_SUSPECT
 
-  // Windowed sampling: counters with samples in the current window (closed with its allocations by
-  // recorder_close_window), and every closed window's totals.
-  uint32_t *touched;
-  uint32_t touched_count, touched_capacity;
-  double windows, window_allocations, window_allocation_squares;
+  group_design design;        // windowed: the closed windows' allocations by variance group
 
   recorder_stats stats;
 };
@@ -114,7 +110,6 @@ void recorder_free(recorder *r) {
   if (r == NULL) return;
   free(r->records);
   free(r->allocs);
-  free(r->touched);
   idindex_free(&r->alloc_index);
   stacktab_free(r->stacks);
   strtab_free(r->strings);
@@ -164,16 +159,8 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
     stacktab_retain(r->stacks, stack_id);
   }
   alloc_counter *counter = &r->allocs[id - 1];
-  bool first_in_window = !counter->sums.has_current || counter->sums.window != window;
-  if (r->config.windowed && first_in_window) {
-    // (Memory short: the counter's window is closed later, without its allocations.)
-    uint32_t *touched = room_for_one(r->touched, &r->touched_capacity, r->touched_count, sizeof *touched, 64);
-    if (touched != NULL) {
-      r->touched = touched;
-      touched[r->touched_count++] = id;
-    }
-  }
-  cluster_sums_add(&counter->sums, window, 0.0, weight, (double)weight);
+  if (r->config.windowed) group_sums_add(&counter->groups, window, (double)weight);
+  else counter->bernoulli += bernoulli_variance((double)weight, weight);
   counter->objects += weight;
   return true;
 }
@@ -188,17 +175,7 @@ static void count_allocated_bytes(recorder *r, const record *rec, uint64_t size)
 }
 
 void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations) {
-  double a = (double)allocations;
-  for (uint32_t i = 0; i < r->touched_count; i++) {
-    cluster_sums *sums = &r->allocs[r->touched[i] - 1].sums;
-    if (sums->has_current && sums->window == window) cluster_sums_close(sums, a);
-  }
-  r->touched_count = 0;
-  // The window's records are the newest (records keep allocation order).
-  for (size_t i = r->record_count; i-- > 0 && r->records[i].window == window;) r->records[i].window_allocations = (uint32_t)(allocations > UINT32_MAX ? UINT32_MAX : allocations);
-  r->windows += 1.0;
-  r->window_allocations += a;
-  r->window_allocation_squares += a * a;
+  group_design_add_window(&r->design, window, (double)allocations);
 }
 
 // ---- Records ----
@@ -373,9 +350,10 @@ typedef struct {
 typedef struct {
   live_key key;
   int64_t objects, bytes;
-  // By window, for the variance (variance.h): records are in allocation order, so the records of one
-  // window are consecutive among a group's.
-  cluster_sums object_sums, byte_sums;
+  // For the variance (variance.h): windowed, objects and bytes by variance group; always-on, their
+  // Bernoulli variances.
+  hs_group_totals groups;
+  double bernoulli_objects, bernoulli_bytes;
 } live_group;
 
 typedef struct {
@@ -392,7 +370,7 @@ static bool live_key_equals(const void *ctx, uint32_t id, const void *key) {
 // Measures every record, and sums those old enough for the profile per (stack, class, age bucket).
 // The walk always finishes (it also compacts out invalid records), even when memory runs short for
 // the grouping: then it returns false.
-static bool group_live_records(recorder *r, uint32_t min_age, const recorder_estimate *e, live_groups *groups) {
+static bool group_live_records(recorder *r, uint32_t min_age, live_groups *groups) {
   uint32_t gc_now = (uint32_t)rb_gc_count();
   bool grouping = true;
   size_t kept = 0;
@@ -424,16 +402,17 @@ static bool group_live_records(recorder *r, uint32_t min_age, const recorder_est
       groups->groups[id - 1] = (live_group){.key = key};
     }
     live_group *g = &groups->groups[id - 1];
-    double weight = (double)rec->weight;
-    double window_allocations = e->has_open_window && rec->window == e->open_window ? e->open_allocations : (double)rec->window_allocations;
+    double weight = (double)rec->weight, bytes = weight * (double)rec->size;
     g->objects += rec->weight;
-    g->bytes += llround(weight * (double)rec->size);
-    cluster_sums_add(&g->object_sums, rec->window, window_allocations, rec->weight, weight);
-    cluster_sums_add(&g->byte_sums, rec->window, window_allocations, rec->weight, weight * (double)rec->size);
-  }
-  for (uint32_t i = 0; grouping && i < groups->count; i++) {
-    cluster_sums_finish(&groups->groups[i].object_sums);
-    cluster_sums_finish(&groups->groups[i].byte_sums);
+    g->bytes += llround(bytes);
+    if (r->config.windowed) {
+      uint32_t group = variance_group(rec->window);
+      g->groups[0][group] += (float)weight;
+      g->groups[1][group] += (float)bytes;
+    } else {
+      g->bernoulli_objects += bernoulli_variance(weight, rec->weight);
+      g->bernoulli_bytes += bernoulli_variance(bytes, rec->weight);
+    }
   }
   r->record_count = kept;
   return grouping;
@@ -512,33 +491,43 @@ static bool resolve_stack(stack_resolver *sr, uint32_t stack_id, uint32_t *offse
 }
 
 static bool add_sample(stack_resolver *sr, uint32_t stack_id, uint32_t class_id, int32_t gc_age, const int64_t values[HS_VALUE_COUNT],
-                       const int64_t variances[HS_VALUE_COUNT]) {
+                       const int64_t variances[HS_VALUE_COUNT], const hs_group_totals *groups, int32_t group_types) {
   uint32_t offset, len;
   return resolve_stack(sr, stack_id, &offset, &len) &&
-         snapshot_add_sample(sr->snapshot, offset, len, class_id, gc_age, values, variances);
+         snapshot_add_sample(sr->snapshot, offset, len, class_id, gc_age, values, variances, groups, group_types);
 }
 
 // A variance as a whole number (labels are integers), saturated.
 static int64_t variance_value(double v) { return !(v > 0.0) ? 0 : v >= 9.2e18 ? INT64_MAX : llround(v); }
 
+// Scales a site's totals by group (objects, bytes) for the snapshot, and returns the variance of each
+// value: the groups' (variance.h).
+static void scaled_groups(const hs_group_totals in, double scale, const group_design *design, hs_group_totals out, double variances[2]) {
+  for (int t = 0; t < 2; t++) {
+    group_sums sums;
+    memcpy(sums.totals, in[t], sizeof sums.totals);
+    variances[t] = group_sums_variance(&sums, design, scale);
+    for (int g = 0; g < VARIANCE_GROUPS; g++) out[t][g] = (float)((double)in[t][g] * scale);
+  }
+}
+
 hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age, const recorder_estimate *e) {
   const double scale = e->scale;
-  // The design's totals, the window still open counted as if it closed now.
-  cluster_design design = {
-    .ratio = e->windowed, .scale = scale, .share = e->share, .windows = r->windows,
-    .allocations = r->window_allocations, .allocation_squares = r->window_allocation_squares,
-  };
-  if (e->windowed && e->has_open_window) {
-    design.windows += 1.0;
-    design.allocations += e->open_allocations;
-    design.allocation_squares += e->open_allocations * e->open_allocations;
-  }
+  const bool windowed = e->windowed;
+  // The design, the window still open counted as if it closed now.
+  group_design design = r->design;
+  design.share = e->share;
+  if (windowed && e->has_open_window) group_design_add_window(&design, e->open_window, e->open_allocations);
   recorder_check_suspects(r); // before sizing anything by record_count: it may finish a GC
   hs_snapshot *s = snapshot_new();
   live_groups groups = {.groups = rec_malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
   stack_resolver sr = {.r = r, .code_names = code_names, .snapshot = s};
   bool ok = s != NULL && groups.groups != NULL && idindex_init(&groups.index, 64) &&
-            group_live_records(r, min_age, e, &groups);
+            group_live_records(r, min_age, &groups);
+  if (s != NULL && windowed) {
+    s->has_groups = true;
+    s->design = design;
+  }
   if (ok) {
     // Stack ids are dense (freed ids are reused), so a table of one slot per id up to the largest.
     uint32_t max_id = 0;
@@ -552,23 +541,32 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
   for (uint32_t i = 0; ok && i < r->alloc_count; i++) {
     const alloc_counter *c = &r->allocs[i];
     if (c->objects == 0) continue;
-    // Bytes are measured after the fact, not per window: their variance is the objects' at the
-    // counter's mean size.
-    cluster_sums sums = c->sums;
-    if (e->has_open_window && sums.has_current && sums.window == e->open_window) cluster_sums_close(&sums, e->open_allocations);
-    else cluster_sums_finish(&sums);
-    double objects_variance = cluster_sums_variance(&sums, &design);
-    double mean_size = (double)c->bytes / (double)c->objects;
     int64_t values[HS_VALUE_COUNT] = {llround((double)c->objects * scale), llround((double)c->bytes * scale), 0, 0};
-    int64_t variances[HS_VALUE_COUNT] = {variance_value(objects_variance), variance_value(objects_variance * mean_size * mean_size), 0, 0};
-    ok = add_sample(&sr, c->key.stack_id, c->key.class_id, HS_NO_AGE, values, variances);
+    // Bytes are measured after the fact, not per window: by group they are the objects at the
+    // counter's mean size.
+    double mean_size = (double)c->bytes / (double)c->objects, variance[2];
+    hs_group_totals in, out;
+    if (windowed) {
+      for (int g = 0; g < VARIANCE_GROUPS; g++) {
+        in[0][g] = c->groups.totals[g];
+        in[1][g] = (float)((double)c->groups.totals[g] * mean_size);
+      }
+      scaled_groups(in, scale, &design, out, variance);
+    } else {
+      variance[0] = scale * scale * c->bernoulli;
+      variance[1] = variance[0] * mean_size * mean_size;
+    }
+    int64_t variances[HS_VALUE_COUNT] = {variance_value(variance[0]), variance_value(variance[1]), 0, 0};
+    ok = add_sample(&sr, c->key.stack_id, c->key.class_id, HS_NO_AGE, values, variances, windowed ? &out : NULL, HS_ALLOC_OBJECTS);
   }
   for (uint32_t i = 0; ok && i < groups.count; i++) {
     const live_group *g = &groups.groups[i];
     int64_t values[HS_VALUE_COUNT] = {0, 0, llround((double)g->objects * scale), llround((double)g->bytes * scale)};
-    int64_t variances[HS_VALUE_COUNT] = {0, 0, variance_value(cluster_sums_variance(&g->object_sums, &design)),
-                                         variance_value(cluster_sums_variance(&g->byte_sums, &design))};
-    ok = add_sample(&sr, g->key.stack_id, g->key.class_id, (int32_t)g->key.age_bucket, values, variances);
+    double variance[2] = {scale * scale * g->bernoulli_objects, scale * scale * g->bernoulli_bytes};
+    hs_group_totals out;
+    if (windowed) scaled_groups(g->groups, scale, &design, out, variance);
+    int64_t variances[HS_VALUE_COUNT] = {0, 0, variance_value(variance[0]), variance_value(variance[1])};
+    ok = add_sample(&sr, g->key.stack_id, g->key.class_id, (int32_t)g->key.age_bucket, values, variances, windowed ? &out : NULL, HS_INUSE_OBJECTS);
   }
   free(groups.groups);
   idindex_free(&groups.index);
@@ -589,7 +587,6 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
 void recorder_reset_allocs(recorder *r) {
   for (uint32_t i = 0; i < r->alloc_count; i++) stacktab_release(r->stacks, r->allocs[i].key.stack_id);
   r->alloc_count = 0;
-  r->touched_count = 0;
   idindex_free(&r->alloc_index);
   // If this fails the index is empty with no slots, which still works: the next insert allocates.
   (void)idindex_init(&r->alloc_index, 256);
@@ -607,6 +604,5 @@ void recorder_get_stats(const recorder *r, recorder_stats *stats) {
   stats->strings = strtab_count(r->strings) - 1;
   stats->memory_bytes = sizeof(recorder) + sizeof(record) * r->record_capacity +
                         sizeof(alloc_counter) * r->alloc_capacity + idindex_memory(&r->alloc_index) +
-                        sizeof(uint32_t) * r->touched_capacity +
                         stacktab_memory(r->stacks) + strtab_memory(r->strings);
 }

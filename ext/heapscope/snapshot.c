@@ -21,6 +21,7 @@ void snapshot_free(hs_snapshot *snapshot) {
   idindex_free(&snapshot->location_index);
   strtab_free(snapshot->strings);
   free(snapshot->comments);
+  free(snapshot->group_totals);
   free(snapshot);
 }
 
@@ -67,9 +68,18 @@ uint32_t snapshot_add_stack(hs_snapshot *s, const uint32_t *location_ids, uint32
 }
 
 bool snapshot_add_sample(hs_snapshot *s, uint32_t offset, uint32_t n, uint32_t class_id, int32_t gc_age,
-                         const int64_t values[HS_VALUE_COUNT], const int64_t variances[HS_VALUE_COUNT]) {
+                         const int64_t values[HS_VALUE_COUNT], const int64_t variances[HS_VALUE_COUNT],
+                         const hs_group_totals *groups, int32_t group_types) {
   if (!ensure((void **)&s->samples, &s->sample_capacity, s->sample_count + 1, sizeof(hs_sample))) return false;
+  uint32_t groups_id = 0;
+  if (groups != NULL) {
+    if (!ensure((void **)&s->group_totals, &s->group_total_capacity, s->group_total_count + 1, sizeof(hs_group_totals))) return false;
+    memcpy(s->group_totals[s->group_total_count++], groups, sizeof(hs_group_totals));
+    groups_id = (uint32_t)s->group_total_count;
+  }
   hs_sample *sample = &s->samples[s->sample_count++];
+  sample->groups = groups_id;
+  sample->group_types = group_types;
   sample->locations_offset = offset;
   sample->locations_len = n;
   sample->class_id = class_id;

@@ -13,6 +13,7 @@
 
 #include "idindex.h"
 #include "strtab.h"
+#include "variance.h"
 
 // Values per sample, in profile order: alloc_objects, alloc_space, inuse_objects, inuse_space.
 enum { HS_ALLOC_OBJECTS, HS_ALLOC_SPACE, HS_INUSE_OBJECTS, HS_INUSE_SPACE, HS_VALUE_COUNT };
@@ -33,7 +34,14 @@ typedef struct {
   int32_t gc_age;            // lower bound of the gc_age bucket; HS_NO_AGE = no gc_age label
   int64_t values[HS_VALUE_COUNT];
   int64_t variances[HS_VALUE_COUNT]; // the estimated sampling variance of each value (0: exact or unknown)
+  // Windowed sampling: 1 + the index of this sample's totals by variance group in
+  // hs_snapshot.group_totals (0: none); they belong to values group_types and group_types + 1.
+  uint32_t groups;
+  int32_t group_types;
 } hs_sample;
+
+// A sample's two values (objects, then bytes) by variance group (variance.h), scaled like the values.
+typedef float hs_group_totals[2][VARIANCE_GROUPS];
 
 typedef struct {
   hs_sample *samples;
@@ -48,6 +56,10 @@ typedef struct {
   int64_t period;   // sample_every
   int64_t time_nanos, duration_nanos;
   char *comments;   // NUL-terminated lines separated by '\n' (may be NULL), owned
+  hs_group_totals *group_totals; // the samples' totals by variance group, owned
+  size_t group_total_count, group_total_capacity;
+  bool has_groups;               // windowed: the design below is the samples' groups'
+  group_design design;
 } hs_snapshot;
 
 // A new, empty snapshot, or NULL when memory is short.
@@ -63,9 +75,10 @@ uint32_t snapshot_location_id(hs_snapshot *snapshot, hs_location location);
 uint32_t snapshot_add_stack(hs_snapshot *snapshot, const uint32_t *location_ids, uint32_t n);
 
 // Appends a sample over the stack at offset (from snapshot_add_stack), with its values' variances
-// (NULL: all 0). False when memory is short.
+// (NULL: all 0) and, windowed, the totals by variance group of values group_types and group_types + 1
+// (groups NULL: none). False when memory is short.
 bool snapshot_add_sample(hs_snapshot *snapshot, uint32_t offset, uint32_t n, uint32_t class_id, int32_t gc_age,
-                         const int64_t values[HS_VALUE_COUNT], const int64_t variances[HS_VALUE_COUNT])
-    __attribute__((warn_unused_result));
+                         const int64_t values[HS_VALUE_COUNT], const int64_t variances[HS_VALUE_COUNT],
+                         const hs_group_totals *groups, int32_t group_types) __attribute__((warn_unused_result));
 
 #endif

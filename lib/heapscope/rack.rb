@@ -307,9 +307,14 @@ module Heapscope
     #   alloc_*: allocations since start only grow, and what the window adds is sampled independently of
     #            what came before, so the change's variance is new - old (at least 0);
     #   inuse_*: the objects alive in both snapshots are the same samples (positively correlated), so
-    #            new + old is an upper bound of the change's variance: errors err on the safe side.
+    #            new + old is an upper bound of the change's variance: errors err on the safe side;
+    #   variance groups (windowed sampling): a group's part is a sum over its windows, and a window is in
+    #            the same group in both snapshots, so the delta's parts are new - old, for alloc_* and
+    #            inuse_* alike (objects alive in both cancel), and readers compute the change's variance
+    #            from them (with the newer snapshot's design line: an approximation for alloc_*, whose
+    #            change came from the windows since the older one).
     module DeltaVariance
-      COMMENT = "variance labels of this delta: alloc_* new - old, inuse_* new + old (an upper bound)"
+      COMMENT = "variance labels of this delta: alloc_* new - old, inuse_* new + old (an upper bound); variance groups new - old"
 
       def self.subtract(newer, older)
         names = Report::Sampling.variance_labels(newer)
@@ -323,7 +328,7 @@ module Heapscope
             extra = names.map do |name|
               v = sample.labels.delete(name)
               v = 0 unless v.is_a?(Integer)
-              name.start_with?("inuse_") ? v * inuse_sign : v
+              name.start_with?("inuse_") && name.end_with?(Report::Sampling::VARIANCE_SUFFIX) ? v * inuse_sign : v
             end
             sample.values.concat(extra)
           end
@@ -332,7 +337,8 @@ module Heapscope
         diff.sample_types = diff.sample_types.first(n)
         diff.samples.each do |sample|
           sample.values.pop(names.size).each_with_index do |v, i|
-            sample.labels[names[i]] = v if v.positive?
+            group = !names[i].end_with?(Report::Sampling::VARIANCE_SUFFIX)
+            sample.labels[names[i]] = v if group ? !v.zero? : v.positive?
           end
         end
         diff.samples.reject! { |sample| sample.values.all?(&:zero?) }

@@ -25,7 +25,7 @@ typedef struct {
   size_t location_count;
   int64_t values[8];
   size_t value_count;
-  pd_label labels[4];
+  pd_label labels[48]; // class, gc_age, 4 variances, 2 x 16 variance groups, and room
   size_t label_count;
 } pd_sample;
 
@@ -156,7 +156,7 @@ static inline bool pd_sample_msg(pd_reader r, pd_sample *s) {
       }
       free(values);
     } else if (tag == 3 && wire == 2) {
-      if (s->label_count == 4) PD_FAIL("too many labels");
+      if (s->label_count == sizeof s->labels / sizeof s->labels[0]) PD_FAIL("too many labels");
       pd_label *l = &s->labels[s->label_count++];
       memset(l, 0, sizeof *l);
       while (sub.p < sub.end) {

@@ -145,7 +145,7 @@ static bool pprof_scenario(void) {
   int64_t values[HS_VALUE_COUNT] = {1, 2, 3, 4};
   for (int i = 0; i < 200 && built && s->strings; i++) {
     uint32_t offset = snapshot_add_stack(s, locations + i % 100, 20);
-    built = offset != UINT32_MAX && snapshot_add_sample(s, offset, 20, 1, i % 4 ? i : HS_NO_AGE, values, NULL);
+    built = offset != UINT32_MAX && snapshot_add_sample(s, offset, 20, 1, i % 4 ? i : HS_NO_AGE, values, NULL, NULL, 0);
   }
   if (built && s->strings) {
     s->comments = strdup("a comment\nanother");

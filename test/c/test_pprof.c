@@ -30,7 +30,7 @@ static void test_snapshot_tables(void) {
   CHECK_EQ_U64(off3, 3);
   CHECK(s->location_ids[3] == 2 && s->location_ids[4] == 3);
   int64_t values[HS_VALUE_COUNT] = {1, 2, 3, 4};
-  for (int i = 0; i < 200; i++) CHECK(snapshot_add_sample(s, off1, 3, 0, HS_NO_AGE, values, NULL));
+  for (int i = 0; i < 200; i++) CHECK(snapshot_add_sample(s, off1, 3, 0, HS_NO_AGE, values, NULL, NULL, 0));
   CHECK_EQ_U64(s->sample_count, 200);
   CHECK(s->samples[199].values[3] == 4 && s->samples[199].gc_age == HS_NO_AGE);
   snapshot_free(s);
@@ -76,10 +76,10 @@ static void test_encode(void) {
   int64_t alloc_values[HS_VALUE_COUNT] = {300, 12000, 0, 0};
   int64_t live_values[HS_VALUE_COUNT] = {0, 0, 100, 4000};
   int64_t big_values[HS_VALUE_COUNT] = {INT64_MAX, -5, 0, 1};
-  CHECK(snapshot_add_sample(s, o1, 3, cls, HS_NO_AGE, alloc_values, NULL));
-  CHECK(snapshot_add_sample(s, o1, 3, cls, 0, live_values, NULL));
-  CHECK(snapshot_add_sample(s, o2, 2, 0, 4, live_values, NULL));
-  CHECK(snapshot_add_sample(s, o2, 0, 0, HS_NO_AGE, big_values, NULL)); // no locations at all
+  CHECK(snapshot_add_sample(s, o1, 3, cls, HS_NO_AGE, alloc_values, NULL, NULL, 0));
+  CHECK(snapshot_add_sample(s, o1, 3, cls, 0, live_values, NULL, NULL, 0));
+  CHECK(snapshot_add_sample(s, o2, 2, 0, 4, live_values, NULL, NULL, 0));
+  CHECK(snapshot_add_sample(s, o2, 0, 0, HS_NO_AGE, big_values, NULL, NULL, 0)); // no locations at all
   s->period = 128;
   s->time_nanos = 1700000000123456789;
   s->duration_nanos = 5000000000;
@@ -199,7 +199,7 @@ static void test_large(void) {
   }
   uint32_t off = snapshot_add_stack(s, ids, 200);
   int64_t values[HS_VALUE_COUNT] = {1, 2, 3, 4};
-  for (int i = 0; i < 5000; i++) CHECK(snapshot_add_sample(s, off, 200 - (uint32_t)(i % 200), 0, i % 3 ? i : HS_NO_AGE, values, NULL));
+  for (int i = 0; i < 5000; i++) CHECK(snapshot_add_sample(s, off, 200 - (uint32_t)(i % 200), 0, i % 3 ? i : HS_NO_AGE, values, NULL, NULL, 0));
   pb_buffer raw;
   pb_init(&raw);
   CHECK(pprof_encode(s, &raw));

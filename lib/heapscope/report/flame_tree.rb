@@ -39,9 +39,12 @@ module Heapscope
         @ntypes = names.size
         @np = profiles.size
         # Every profile's errors are computed on vectors in the first profile's type order.
-        @samplings = profiles.map { |prof| Sampling.new(prof, type_names: names) }
-        @var_labels = names.map { |name| Sampling.variance_label(name) } if @samplings.any?(&:variance?)
-        @width = @var_labels ? 2 * @ntypes : @ntypes # values, then variances
+        # Variance columns: each type's T_var label, then its variance groups' (as many as the profile
+        # with the most has; a profile without groups reads its T_var column).
+        groups = profiles.map { |prof| Sampling.groups_of(prof) }.max
+        @samplings = profiles.map { |prof| Sampling.new(prof, type_names: names, groups: groups) }
+        @var_labels = Sampling.label_names(names, groups) if @samplings.any?(&:variance?)
+        @width = @ntypes + (@var_labels ? @var_labels.size : 0) # values, then variance columns
         # The page holds ntypes x profiles values per node, and two errors per value: bound those too (a
         # profile can declare a million sample types).
         @max_nodes = [[max_nodes, max_values / (@ntypes * @np * 3)].min, 1].max
@@ -100,7 +103,7 @@ module Heapscope
             next if vals.all?(&:zero?)
 
             if labelled then Sampling.add_variances(vals, s, @var_labels)
-            elsif @var_labels then vals.concat(Array.new(@ntypes, 0))
+            elsif @var_labels then vals.concat(Array.new(@var_labels.size, 0))
             end
 
             Sites.add(@totals[pi], vals)

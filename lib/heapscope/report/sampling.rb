@@ -5,14 +5,25 @@ require "heapscope/report/units"
 module Heapscope
   module Report
     # Sampling turns an estimate into its standard error, from what the profile says about how it was
-    # sampled. Three cases, newest first:
+    # sampled. Four cases, newest first:
     #
-    #   heapscope with variance labels (a comment line with "variance=labels"): every sample carries, for
-    #     each sample type T, a numeric label T_var, the sampler's estimate of the variance of that
-    #     sample's value (a missing label is 0). Samples are independent units of the estimator, so the
-    #     variance of a site (any sum of samples) is the sum of their labels, and its standard error the
-    #     square root: Sites sums the labels as extra value columns (variance_labels), and
-    #     absolute_error reads them. This is the sampler's real variance, windows as clusters included.
+    #   heapscope with variance groups (windowed sampling; comment lines "variance=groups" and
+    #     "variance_groups=16 group_allocations=A_0,...,A_15"): windows are clusters, put into 16 random
+    #     groups, and every sample carries, per sample type T, numeric labels T_vg0..T_vg15: the part of
+    #     its value that came from each group's windows (a missing label is 0). Group parts add when
+    #     samples are summed, so any site (a line, a function, a flame graph node) has its own parts
+    #     Y_g, and its variance is the random-groups estimate of the ratio estimator's
+    #       var = G/(G-1) x (1 - share) x sum_g (Y_g - R A_g)^2,  R = (sum Y_g) / (sum A_g),
+    #     G the groups with A_g > 0 (ext/heapscope/variance.h). Two samples of one window (two classes
+    #     made by one line, two gc_age buckets) are correlated, and this keeps it: adding the samples'
+    #     own variances (their T_var labels, also written) would not. A site seen in few windows has an
+    #     uncertain variance, so its error is widened by Student's t at the groups it really spans (see
+    #     group_variance): +-2 errors cover 95% of outcomes there as elsewhere.
+    #   heapscope with variance labels ("variance=labels": sampling always): every sample carries, for
+    #     each sample type T, a numeric label T_var, the Bernoulli variance of its value. Each sampled
+    #     allocation is drawn on its own, so the variance of a site (any sum of samples) is the sum of
+    #     their labels. Sites sums the labels as extra value columns (variance_labels), and
+    #     absolute_error reads them.
     #   heapscope without them (older profiles): each object was sampled with probability p = 1 /
     #     sample_every and counts 1/p, so a site of k sampled objects has a relative standard error of
     #     sqrt((1 - p) / k), k = objects * p. Windowed sampling ("sampling=windowed ... windows_opened=N")
@@ -31,7 +42,14 @@ module Heapscope
       CURRENT_SAMPLE_EVERY = /\bcurrent_sample_every=(\d{1,19})(?!\d)/.freeze
       WINDOWED = /\bsampling=windowed\b/.freeze
       WINDOWS_OPENED = /\bwindows_opened=(\d{1,19})(?!\d)/.freeze
-      VARIANCE = /\bvariance=labels\b/.freeze
+      VARIANCE = /\bvariance=(?:labels|groups)\b/.freeze
+      GROUPED = /\bvariance=groups\b/.freeze
+      # "variance_groups=16 group_allocations=1200,1315,...": bounded, linear.
+      GROUPS_LINE = /\bvariance_groups=(\d{1,2}) group_allocations=(\d{1,19}(?:,\d{1,19}){0,63})(?![\d,])/.freeze
+      GROUP_SUFFIX = "_vg"
+      # Student's t at 97.725% (two-sided 95.45%, the coverage of +-2 standard errors) for 1-4 degrees
+      # of freedom; from 5 on the Cornish-Fisher expansion is within 0.003 of it (t_quantile).
+      T_SMALL = [nil, 13.968, 4.527, 3.307, 2.869].freeze
       # key=value pairs of the variance line; values are short words and numbers.
       PAIR = /\b([a-z_]{1,40})=([\w.]{1,40})/.freeze
       VARIANCE_SUFFIX = "_var"
@@ -48,13 +66,29 @@ module Heapscope
         index
       end
 
-      # The variance label of each sample type, in type order ("inuse_space_var" for inuse_space), when
-      # the profile carries them; else nil. Sites and FlameTree sum these labels as extra columns after
-      # the values: the column of type t is sample_types.size + t.
+      # The variance labels of each sample type, in type order, when the profile carries them; else
+      # nil: per type its T_var label and, with variance groups, its T_vg0..T_vg15 labels. Sites and
+      # FlameTree sum these labels as extra columns after the values (variance_columns says where).
       def self.variance_labels(prof)
         return nil unless prof.comments.any? { |c| c.match?(VARIANCE) }
 
-        prof.sample_type_names.map { |name| variance_label(name) }
+        label_names(prof.sample_type_names, groups_of(prof))
+      end
+
+      # The variance columns' label names for type names, with `groups` groups per type (0: none).
+      def self.label_names(type_names, groups)
+        type_names.flat_map { |name| [variance_label(name), *Array.new(groups) { |g| "#{name}#{GROUP_SUFFIX}#{g}" }] }
+      end
+
+      # The number of variance groups a profile's labels use (0 when it has none, or no valid design).
+      def self.groups_of(prof)
+        return 0 unless prof.comments.any? { |c| c.match?(GROUPED) }
+
+        prof.comments.each do |c|
+          m = c.match(GROUPS_LINE) or next
+          return m[1].to_i if m[1].to_i.between?(2, 64) && m[2].count(",") + 1 == m[1].to_i
+        end
+        0
       end
 
       # The name of a sample type's variance label: inuse_space -> inuse_space_var.
@@ -79,8 +113,10 @@ module Heapscope
       end
 
       # type_names: the sample types the value vectors given to this object follow (default: the
-      # profile's own; FlameTree passes the first profile's for a diff's base).
-      def initialize(prof, type_names: prof.sample_type_names)
+      # profile's own; FlameTree passes the first profile's for a diff's base); groups: the variance
+      # groups per type in those vectors' variance columns (default: the profile's own; FlameTree
+      # passes the largest of its profiles').
+      def initialize(prof, type_names: prof.sample_type_names, groups: Sampling.groups_of(prof))
         @sample_every = nil
         @current_sample_every = nil
         @windows = nil
@@ -109,6 +145,8 @@ module Heapscope
         end
         @period = prof.period if prof.period_type && prof.period_type[1] == "bytes" && prof.period.to_i.positive?
         @ntypes = type_names.size
+        @stride = 1 + groups # variance columns per type: T_var, then the groups'
+        read_design(prof) if groups.positive?
         @objects = {}
         @bytes = {}
         index = Sampling.name_index(type_names)
@@ -135,9 +173,13 @@ module Heapscope
         @rate_lowered
       end
 
-      # The column of a value vector (Sites, FlameTree) holding the variance of type_index, or nil.
-      def variance_index(type_index)
-        @variance ? @ntypes + type_index : nil
+      # The columns of a value vector (Sites, FlameTree) holding the variance labels of type_index
+      # (its T_var, then its groups), or [] without labels.
+      def variance_columns(type_index)
+        return [] unless @variance
+
+        base = @ntypes + type_index * @stride
+        (base...base + @stride).to_a
       end
 
       # A short description for report headers.
@@ -218,16 +260,69 @@ module Heapscope
 
       private
 
-      # The summed variance label of type_index in a value vector (an Array or a Hash of columns), or nil
-      # when the profile has no labels or the vector lacks the column. A negative sum (only a crafted
+      # The variance of type_index's value in a value vector (an Array or a Hash of columns): from its
+      # summed groups when the profile has variance groups, else its summed T_var label; nil when the
+      # profile has no labels or the vector lacks the columns. A negative sum of labels (only a crafted
       # profile makes one) counts as 0.
       def variance_of(values, type_index)
         return nil unless @variance
 
-        v = values[@ntypes + type_index]
+        base = @ntypes + type_index * @stride
+        return group_variance(values, base + 1) if @design
+
+        v = values[base]
         return nil if v.nil?
 
         v.positive? ? v : 0
+      end
+
+      # The random-groups variance (see the class comment) of the group parts at columns first..first +
+      # groups - 1, widened by (t / 2)^2, t Student's at the degrees of freedom the parts really have:
+      # min(G, n) - 1, n = (sum Y_g)^2 / sum Y_g^2 the number of groups the site effectively spans (one
+      # window: n = 1, t = 14; all 16 groups alike: t = 2.13, the error 6% wider). Without two groups
+      # with allocations, or when the site spans one group, it is the estimate squared (+-100%).
+      def group_variance(values, first)
+        a = @design
+        ys = Array.new(a.size) { |g| values[first + g].to_f }
+        return nil if values[first].nil? && values[first + a.size - 1].nil?
+
+        total = ys.sum
+        return 0.0 if total.zero?
+
+        squares = ys.sum { |y| y * y }
+        spanned = total * total / squares
+        return total * total if @design_groups < 2 || spanned < 1.5
+
+        r = total / @design_total
+        residuals = 0.0
+        ys.each_with_index { |y, g| residuals += (y - r * a[g])**2 }
+        fpc = @share && @share < 1 ? 1 - @share : 1.0
+        df = [[@design_groups, spanned].min.floor - 1, 1].max
+        @design_groups / (@design_groups - 1.0) * fpc * residuals * (t_quantile(df) / 2.0)**2
+      end
+
+      # Student's t at 97.725% for df >= 1 degrees of freedom.
+      def t_quantile(df)
+        return T_SMALL[df] if df < T_SMALL.size
+
+        z = 2.0
+        z + (z**3 + z) / (4.0 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96.0 * df**2) +
+          (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384.0 * df**3)
+      end
+
+      # The variance groups' allocations (the design), or none: errors then come from T_var labels.
+      def read_design(prof)
+        prof.comments.each do |c|
+          m = c.match(GROUPS_LINE) or next
+          a = m[2].split(",").map(&:to_f)
+          next unless a.size == @stride - 1
+
+          @design = a
+          @design_total = a.sum
+          @design_groups = a.count(&:positive?)
+          @design = nil unless @design_total.positive?
+          return
+        end
       end
 
       # The rate the old formula assumes: the lowered one when the budget lowered it (the larger error).

@@ -92,7 +92,7 @@ module Heapscope
       # brings a site not seen before, to name it.
       #
       # cum: the columns whose cum values are wanted (nil: all; a type's variance column is
-      # Sampling#variance_index). With a list, Entry#cum is a Hash {column => value} of just those: diff
+      # Sampling#variance_columns). With a list, Entry#cum is a Hash {column => value} of just those: diff
       # and leaks read flat only, top the type it shows and the ones its error needs, and a vector of
       # every type per site would cost sites x types (a profile can declare a million types). Entry#flat is a vector of every type, shared and frozen
       # for the sites that are never a leaf, so it costs types x leaf sites, which the input holds.

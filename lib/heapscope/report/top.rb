@@ -47,7 +47,7 @@ module Heapscope
         stem = name.sub(/_(space|objects)\z/, "")
         objects_i = prof.sample_index(name.sub(/_space\z/, "_objects"))
         wanted = [ti, objects_i, prof.sample_index("#{stem}_objects"), prof.sample_index("#{stem}_space")].compact.uniq
-        wanted |= wanted.filter_map { |i| sampling.variance_index(i) } # their variances (variance labels)
+        wanted |= wanted.flat_map { |i| sampling.variance_columns(i) } # their variance labels (and groups)
         entries = Sites.aggregate(prof, by, cum: wanted).values
         total = prof.samples.sum { |s| s.values[ti] }
         sort = cum ? :cum : :flat
