@@ -53,7 +53,7 @@ class TestForkSurfaces < Minitest::Test
     script = File.join(@tmp, "forker.rb")
     File.write(script, FORK_SCRIPT)
     dir = File.join(@tmp, "profiles")
-    port = free_port
+    port = free_port_pair
     env = ruby_env("HEAPSCOPE_HTTP" => "127.0.0.1:#{port}", "HEAPSCOPE_DIR" => dir, "HEAPSCOPE_INTERVAL" => "0.3",
                    "HEAPSCOPE_SAMPLE_EVERY" => "50", "HEAPSCOPE_SAMPLING" => "always", "HEAPSCOPE_APP_NAME" => "forker")
     main, out, err = spawn_child(env, RbConfig.ruby, script, @tmp, dir: @tmp)

@@ -68,6 +68,24 @@ module SurfacesTestHelper
     server&.close
   end
 
+  # A port whose next one is free too (a forked child's listener takes port + 1): both were bindable a
+  # moment ago. Another process may still take one before the test does, but not one already in use.
+  def free_port_pair
+    50.times do
+      port = free_port
+      next if port >= 65_535
+
+      begin
+        TCPServer.new("127.0.0.1", port + 1).close
+        TCPServer.new("127.0.0.1", port).close
+        return port
+      rescue Errno::EADDRINUSE
+        next
+      end
+    end
+    raise "no two consecutive free ports found"
+  end
+
   # Sends raw bytes to 127.0.0.1:port and returns [status, headers, body] (reads until close).
   def raw_request(port, bytes, timeout: 10)
     Timeout.timeout(timeout) do
