@@ -3,7 +3,16 @@
 require_relative "heapscope/version"
 require_relative "heapscope/atomic_write"
 require_relative "heapscope/internal"
-require_relative "heapscope/heapscope" # the C extension: Heapscope::Native
+begin
+  require_relative "heapscope/heapscope" # the C extension: Heapscope::Native
+rescue LoadError => e
+  # A checkout used as a Bundler `path:` gem, or a copy of lib/ alone, has no compiled extension:
+  # say what is missing and how to build it, not only the path Ruby could not open.
+  raise LoadError, "heapscope: its C extension (heapscope/heapscope.so) is not built for Ruby #{RUBY_VERSION} " \
+                   "(#{e.message}). In a checkout run `bundle exec rake compile`; to install it as a gem, " \
+                   "`gem build heapscope.gemspec && gem install ./heapscope-#{Heapscope::VERSION}.gem` (Bundler does " \
+                   "not compile `path:` gems). The build needs a C compiler, Ruby's headers and zlib's. See README.md, Install."
+end
 
 # heapscope: which lines of code allocated the objects that are still alive, how many, how big, how old.
 #
