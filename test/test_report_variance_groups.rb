@@ -123,6 +123,18 @@ class TestReportVarianceGroups < Minitest::Test
     assert_equal (0...16).map { |g| g.even? ? "100" : "60" }, (0...16).map { |g| labels.fetch("inuse_objects_vg#{g}") }
   end
 
+  def test_a_bounded_weight_scale_is_said_in_the_header
+    # The ratio wanted 4.5 but the scale is held at 3: estimates are a third too low, which no error
+    # bar shows, so the header says it.
+    prof = grouped_profile([[LINE, [0, 0, 640, 64_000], {}, { "inuse_objects" => EVEN_ODD }]])
+    prof.comments[-2] = prof.comments[-2].sub("share=0.04 ", "share=0.04 weight_scale=3.0000 weight_scale_wanted=4.5000 ")
+    sampling = top(write("bounded.pb.gz", prof), "--sample", "inuse_objects")["sampling"]
+    assert_includes sampling, "the weight scale was held at 3.00 (the ratio wanted 4.50), so estimates are about 33.3% too low"
+    # Within its bounds: nothing said.
+    prof.comments[-2] = prof.comments[-2].sub("weight_scale_wanted=4.5000", "weight_scale_wanted=3.0000")
+    refute_includes top(write("ok.pb.gz", prof), "--sample", "inuse_objects")["sampling"], "weight scale"
+  end
+
   def test_a_malformed_design_line_falls_back_to_the_labels
     # 17 numbers for 16 groups, or none: the groups are not used; each sample's T_var label is.
     prof = grouped_profile([[LINE, [0, 0, 640, 64_000], { "inuse_objects_var" => 6400 }, { "inuse_objects" => EVEN_ODD }]],

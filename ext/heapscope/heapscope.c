@@ -162,7 +162,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            "sample_every=%u current_sample_every=%u max_overhead=%g max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
            "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
            "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu gc_runs_missed=%llu\n"
-           "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f sample_every=%u current_sample_every=%u rate_lowered=%s "
+           "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f weight_scale_wanted=%.4f sample_every=%u current_sample_every=%u rate_lowered=%s "
            "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=%s\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
@@ -173,7 +173,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            (unsigned long long)rs.dropped_tracked_cap, (unsigned long long)rs.dropped_stack_cap,
            (unsigned long long)(rs.dropped_no_memory + cs.dropped_no_memory),
            (unsigned long long)cs.gc_end_marks_missed,
-           c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), c->sample_every, cs.current_every,
+           c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), capture_weight_scale_wanted(), c->sample_every, cs.current_every,
            cs.current_every > c->sample_every || cs.rate_adjustments > 0 ? "true" : "false",
            (unsigned long long)cs.windows_opened, hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
            (unsigned long long)cs.skipped_own, snapshot->has_groups ? "groups" : "labels");
@@ -293,6 +293,7 @@ static VALUE native_stats(VALUE self) {
   set(h, "hook_on_share", DBL2NUM(hook_on_share(&cs)));
   set(h, "realized_share", DBL2NUM(cs.realized_share));
   set(h, "weight_scale", DBL2NUM(capture_weight_scale()));
+  set(h, "weight_scale_wanted", DBL2NUM(capture_weight_scale_wanted()));
   set_u64(h, "allocations", cs.vm_allocations);
   set_u64(h, "hook_allocations", cs.hook_allocations);
   set_u64(h, "windows_opened", cs.windows_opened);

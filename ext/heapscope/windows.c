@@ -92,8 +92,9 @@ static void sync_job(void *unused) {
   cap.stats.sync_jobs++;
   ticker_stats ts;
   ticker_get_stats(&ts);
+  uint64_t latency = 0;
   if (ts.last_trigger_nanos != 0 && started > ts.last_trigger_nanos) {
-    uint64_t latency = started - ts.last_trigger_nanos;
+    latency = started - ts.last_trigger_nanos;
     cap.stats.sync_latency_nanos += latency;
     if (latency > cap.stats.sync_latency_max_nanos) cap.stats.sync_latency_max_nanos = latency;
   }
@@ -102,6 +103,7 @@ static void sync_job(void *unused) {
   add_own_nanos(spent);
   pthread_mutex_lock(&sched_lock);
   schedule_note_sync_cost(&sched, (double)spent);
+  if (ts.last_trigger_nanos != 0) schedule_note_sync_delay(&sched, (double)latency);
   pthread_mutex_unlock(&sched_lock);
 }
 
@@ -200,16 +202,21 @@ void capture_gc_stress_changed(bool on) {
   if (on && cap.running && cap.config.windowed) windows_keep_gc_hook_registered();
 }
 
-double capture_weight_scale(void) {
+double capture_weight_scale_wanted(void) {
   if (!cap.running || !cap.config.windowed) return 1.0;
   capture_stats stats;
   capture_get_stats(&stats);
   // Before any window has been open, nothing was sampled: any scale will do.
   if (stats.hook_allocations == 0 || stats.vm_allocations == 0) return 1.0;
-  double scale = stats.share * (double)stats.vm_allocations / (double)stats.hook_allocations;
+  return stats.share * (double)stats.vm_allocations / (double)stats.hook_allocations;
+}
+
+double capture_weight_scale(void) {
+  double scale = capture_weight_scale_wanted();
   // Bounded, so that no sample stands for more than a few times sample_every: a run with very few
   // windows measures its realized share badly (one window at start, then none, made one Hash a third
-  // of a profile). Seen in practice: 0.8-2.2 on a loaded machine.
+  // of a profile). Seen in practice: 0.8-2.2 on a loaded machine; above 3 in short runs on a busy one,
+  // which profiles then say (weight_scale_wanted).
   return scale < WEIGHT_SCALE_MIN ? WEIGHT_SCALE_MIN : scale > WEIGHT_SCALE_MAX ? WEIGHT_SCALE_MAX : scale;
 }
 static void empty_hook(VALUE tracepoint, void *unused) {

@@ -101,13 +101,23 @@ static void test_retune_keeps_the_share(void) {
   schedule_init(&s, 0.04, 1000, 0, 5);
   schedule_note_sync_cost(&s, 50000.0); // 50 us per job: 2 * 50 us * 0.04 / 0.002 = 2 ms windows
   CHECK(s.mean_on_nanos == D);
-  schedule_state_at(&s, SCHEDULE_RETUNE_NANOS - 1);
+  schedule_state_at(&s, SCHEDULE_FIRST_RETUNE_NANOS - 1);
   CHECK(s.mean_on_nanos == D);
-  schedule_state_at(&s, SCHEDULE_RETUNE_NANOS);
+  schedule_state_at(&s, SCHEDULE_FIRST_RETUNE_NANOS);
   CHECK(fabs(s.mean_on_nanos - 2000000.0) < 1.0);
-  // Cheap again: shortened back, never below the minimum.
+  // Cheap again: shortened back, never below the minimum (the next moment: SCHEDULE_RETUNE_NANOS later).
   for (int i = 0; i < 200; i++) schedule_note_sync_cost(&s, 10.0);
-  schedule_state_at(&s, 2 * SCHEDULE_RETUNE_NANOS);
+  schedule_state_at(&s, SCHEDULE_FIRST_RETUNE_NANOS + SCHEDULE_RETUNE_NANOS - 1);
+  CHECK(fabs(s.mean_on_nanos - 2000000.0) < 1.0);
+  schedule_state_at(&s, SCHEDULE_FIRST_RETUNE_NANOS + SCHEDULE_RETUNE_NANOS);
+  CHECK(s.mean_on_nanos == D);
+  // Jobs that run late: windows at least SCHEDULE_LATENCY_FACTOR times their delay (1 ms: 2 ms), so
+  // that a window does not end before its job runs; and back when they are prompt again.
+  for (int i = 0; i < 200; i++) schedule_note_sync_delay(&s, 1000000.0);
+  schedule_state_at(&s, SCHEDULE_FIRST_RETUNE_NANOS + 2 * SCHEDULE_RETUNE_NANOS);
+  CHECK(fabs(s.mean_on_nanos - SCHEDULE_LATENCY_FACTOR * 1000000.0) < 1.0);
+  for (int i = 0; i < 200; i++) schedule_note_sync_delay(&s, 1000.0);
+  schedule_state_at(&s, SCHEDULE_FIRST_RETUNE_NANOS + 3 * SCHEDULE_RETUNE_NANOS);
   CHECK(s.mean_on_nanos == D);
   // Stationary across the retune: many chains, costly from the start, asked just after it.
   const int chains = 40000;
@@ -116,12 +126,12 @@ static void test_retune_keeps_the_share(void) {
     schedule c;
     schedule_init(&c, 0.04, 1000, 0, 777 + (uint64_t)i * 31);
     schedule_note_sync_cost(&c, 50000.0);
-    on += schedule_state_at(&c, SCHEDULE_RETUNE_NANOS + 1000);
+    on += schedule_state_at(&c, SCHEDULE_FIRST_RETUNE_NANOS + 1000);
   }
   CHECK(near_share((double)on / chains, 0.04, chains));
   // The next event never lies beyond the next retune moment.
   schedule_init(&s, 0.001, 1000, 0, 3);
-  CHECK(schedule_next_event(&s) <= SCHEDULE_RETUNE_NANOS);
+  CHECK(schedule_next_event(&s) <= SCHEDULE_FIRST_RETUNE_NANOS);
 }
 
 int main(void) {

@@ -193,6 +193,7 @@ module Heapscope
           elsif @period then "Go sampling, one sample per #{Units.bytes(@period)} allocated"
           else "sampling rate unknown"
           end
+        text = "#{text}; #{scale_bounded_text}" if @scale_bounded
         return text unless @rate_lowered
 
         "#{text}; rate lowered by the overhead budget from 1 in #{@sample_every} to 1 in #{@current_sample_every || "?"}"
@@ -340,6 +341,22 @@ module Heapscope
         @share = Float(pairs["share"], exception: false)
         @windows = pairs["windows"].to_i if pairs["windows"]&.match?(/\A\d{1,19}\z/)
         @rate_lowered = true if pairs["rate_lowered"] == "true"
+        scale = Float(pairs["weight_scale"], exception: false)
+        wanted = Float(pairs["weight_scale_wanted"], exception: false)
+        return unless scale && wanted && scale.positive? && wanted.positive?
+
+        @scale_bounded = [scale, wanted] if wanted > scale * 1.001 || wanted < scale / 1.001
+      end
+
+      # The windows saw too few (or too many) allocations for their share, so the weight scale was held
+      # at a bound short of what the ratio wanted: every estimate is off by about scale / wanted - 1, which
+      # no error bar shows. (Short runs on a busy machine, where sync jobs run late and windows are lost.)
+      def scale_bounded_text
+        scale, wanted = @scale_bounded
+        few = wanted > scale
+        "the windows saw too #{few ? "few" : "many"} allocations: the weight scale was held at #{format("%.2f", scale)} " \
+          "(the ratio wanted #{format("%.2f", wanted)}), so estimates are about " \
+          "#{Units.share((1 - scale / wanted).abs)} too #{few ? "low" : "high"}"
       end
 
       def mode_text
