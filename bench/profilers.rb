@@ -31,14 +31,24 @@ module Bench
            start: ->(_ctx) { HeapscopeBench.empty_hook_enable },
            finish: ->(_ctx) { HeapscopeBench.empty_hook_disable && {} }
 
+    # The stats worth printing next to a cell (docs/configuration.md says what each one is). The windowed
+    # ones only where the mode is windowed: realized_share is the hook-on share of (virtual) time,
+    # hook_on_share of allocations, weight_scale their correction of the weights; sync_jobs are the
+    # postponed jobs that switch the hook (Ruby 3.3+), ticker_wakeups the timer thread's, mean_window_ns
+    # the mean window the schedule has retuned itself to, own_ns heapscope's own time (left out of virtual
+    # time), hook_cost_ns what the hook was measured to add to one allocation.
+    heapscope_keep = %i[sampling current_sample_every max_overhead sampling_overhead samples_taken tracked_objects stacks
+                        dropped skipped_own].freeze
+    heapscope_windowed_keep = %i[window_share realized_share hook_on_share weight_scale windows_opened sync_jobs
+                                 ticker_wakeups ticker_triggers schedule_flips mean_window_ns hook_cost_ns own_ns
+                                 gc_registrations_deferred].freeze
     heapscope_finish = lambda do |_ctx|
       Heapscope.profile # what a user asks for at the end: one heap profile
       stats = Heapscope.stats
       Heapscope.stop
-      keep = %i[sampling hook_on_share windows_opened samples_taken tracked_objects stacks dropped current_sample_every
-                max_overhead sampling_overhead]
       return {} unless stats.is_a?(Hash)
 
+      keep = heapscope_keep + (stats[:sampling].to_s == "windowed" ? heapscope_windowed_keep : [])
       stats.select { |k, v| keep.include?(k.to_sym) && !v.nil? }.transform_values { |v| v.is_a?(Float) ? v.round(4) : v }
     end
     # Fixed rates: the overhead budget (max_overhead, on by default) is turned off, or it would lower
@@ -59,7 +69,8 @@ module Bench
     end
     define :heapscope_windowed, gem: "heapscope",
                                 note: "Heapscope.start(sample_every: 1000, sampling: :windowed, max_overhead: nil): the hook on " \
-                                      "for about 2% of allocations, in windows opened by GCs",
+                                      "for a random window_share (4%) of the time, switched by a timer thread's postponed jobs " \
+                                      "(Ruby 3.3+) and at GCs (Ruby 3.1: at GCs only)",
                                 start: lambda { |_ctx|
                                   require "heapscope"
                                   Heapscope.start(sample_every: 1000, sampling: :windowed, max_overhead: nil)

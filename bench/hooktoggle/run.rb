@@ -24,7 +24,7 @@ cell = <<~RUBY
   s0 = GC.stat
   w.run(#{pages})
   s1 = GC.stat
-  live = GC::Profiler.raw_data.map { |r| r[:HEAP_USE_SIZE] / GC::INTERNAL_CONSTANTS[:RVALUE_SIZE] }
+  live = GC::Profiler.raw_data.map { |r| r[:HEAP_USE_SIZE] / (GC::INTERNAL_CONSTANTS[:RVALUE_SIZE] || GC::INTERNAL_CONSTANTS[:BASE_SLOT_SIZE]) }
   puts [s1[:minor_gc_count] - s0[:minor_gc_count], s1[:old_objects] - s0[:old_objects], HookToggle.windows,
         live.sum / [live.size, 1].max].join(" ")
 RUBY

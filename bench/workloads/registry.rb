@@ -2,19 +2,25 @@
 
 # The workloads bench/run measures. Each file in this folder registers one workload:
 #
-#   Bench::Workloads.define(:name, sizes: { full: N, quick: N, callgrind: N }, summary: "...", env: {}) do |n|
+#   Bench::Workloads.define(:name, sizes: { full: N, quick: N, callgrind: N }, summary: "...", env: {},
+#                           prepare: -> { ... }) do |n|
 #     ...            # the measured code; n is the size for the chosen mode
 #     result         # anything the workload must keep alive until the profiler has finished
 #   end
 #
 # Sizes: `full` is what docs/benchmarks.md reports, `quick` is for bench/run --quick (the smoke run),
 # `callgrind` is small enough to run under valgrind in seconds. `env` is added to the cell's environment
-# (the same for every profiler of that workload).
+# (the same for every profiler of that workload). `prepare` (optional) runs once in the cell before the
+# warm-up, unprofiled: loading a gem, building inputs.
 module Bench
   module Workloads
-    Workload = Struct.new(:name, :sizes, :summary, :env, :body, keyword_init: true) do
+    Workload = Struct.new(:name, :sizes, :summary, :env, :prepare, :body, keyword_init: true) do
       def run(n)
         body.call(n)
+      end
+
+      def prepare!
+        prepare&.call
       end
     end
 
@@ -23,8 +29,8 @@ module Bench
     class << self
       attr_reader :all
 
-      def define(name, sizes:, summary:, env: {}, &body)
-        @all[name.to_s] = Workload.new(name: name.to_s, sizes: sizes, summary: summary, env: env, body: body)
+      def define(name, sizes:, summary:, env: {}, prepare: nil, &body)
+        @all[name.to_s] = Workload.new(name: name.to_s, sizes: sizes, summary: summary, env: env, prepare: prepare, body: body)
       end
 
       def fetch(name)

@@ -1,0 +1,60 @@
+# frozen_string_literal: true
+
+# kramdown: a real library doing real work. The kramdown gem (pure Ruby, from the registry; the Gemfile's
+# bench group) parses Markdown documents of about 10 KB (headers, paragraphs with emphasis, links and code
+# spans, lists, code blocks, tables, block quotes) and renders each to HTML; the trees and HTML of the last
+# 4 stay alive, as a cache of rendered pages would. The allocation sites, stack depths and object mix are
+# kramdown's, not ours. The documents are generated from a fixed seed before the measured region.
+module Bench
+  module Kramdown
+    WORDS = %w[heap profile sample window object ruby garbage collector thread fiber string array hash
+               allocation live site stride interval estimate weight].freeze
+    DOCS = 4
+    KEPT = 4
+
+    class << self
+      attr_reader :docs
+
+      # Loads the gem and builds the inputs (bench/cell.rb calls this before the warm-up). kramdown is a
+      # system gem on some machines and only in the bundle (bench group) on others: plain require first.
+      def prepare
+        begin
+          require "kramdown"
+        rescue LoadError
+          require "bundler"
+          ENV["BUNDLE_GEMFILE"] ||= File.expand_path("../../Gemfile", __dir__)
+          Bundler.setup(:default, :bench)
+          require "kramdown"
+        end
+        @docs = Array.new(DOCS) { |i| markdown(i) }
+      end
+
+      # The same i gives the same text in every process.
+      def markdown(i, sections: 20)
+        rng = Random.new(7 + i)
+        words = ->(n) { Array.new(n) { w = WORDS[rng.rand(WORDS.size)]; rng.rand(8).zero? ? "*#{w}*" : w }.join(" ") }
+        out = +"# Document #{i}\n\n"
+        sections.times do |s|
+          out << "## Section #{s}: #{words.(3)}\n\n"
+          out << words.(40) << " [a link](https://example.com/#{i}/#{s}) and `code #{s}`, **#{words.(2)}**.\n\n"
+          out << Array.new(4) { |k| "- item #{k}: #{words.(6)}\n" }.join << "\n" if (s % 3).zero?
+          out << "    def step_#{s}(x)\n      x * #{s}\n    end\n\n" if s % 4 == 1
+          out << "| a | b | c |\n|---|---|---|\n" << Array.new(3) { |r| "| #{r} | #{words.(2)} | #{s} |\n" }.join << "\n" if s % 5 == 2
+          out << "> #{words.(15)}\n\n" if s % 6 == 3
+        end
+        out
+      end
+    end
+  end
+end
+
+Bench::Workloads.define(:kramdown, sizes: { full: 20, quick: 4, callgrind: 60 },
+                                   summary: "the kramdown gem: parse 10 KB Markdown documents and render them to HTML, the last 4 kept",
+                                   prepare: -> { Bench::Kramdown.prepare }) do |n|
+  kept = Array.new(Bench::Kramdown::KEPT)
+  n.times do |i|
+    doc = ::Kramdown::Document.new(Bench::Kramdown.docs[i % Bench::Kramdown::DOCS])
+    kept[i % Bench::Kramdown::KEPT] = [doc, doc.to_html]
+  end
+  kept
+end
