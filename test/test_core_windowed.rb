@@ -98,6 +98,16 @@ class TestCoreWindowed < Minitest::Test
     refute_nil design, comments
     assert_operator design.split(",").sum(&:to_i), :<=, Heapscope.stats[:hook_allocations]
     assert_operator design.split(",").sum(&:to_i), :>, 0
+    # The allocation counters' own design: the same windows until Heapscope.reset, none right after it.
+    alloc_design = comments[/^alloc_variance_groups=16 group_allocations=([\d,]+)$/, 1]
+    refute_nil alloc_design, comments
+    assert_equal design, alloc_design, "no reset yet: the same windows"
+    Heapscope.reset
+    closed_before = Heapscope.stats[:windows_opened] - 1 # all but the one that may still be open
+    after = Heapscope::Pprof.decode(Heapscope.profile).comments.join("\n")
+    since_reset = after[/^alloc_variance_groups=16 group_allocations=([\d,]+)$/, 1].split(",").sum(&:to_i)
+    since_start = after[/^variance_groups=16 group_allocations=([\d,]+)$/, 1].split(",").sum(&:to_i)
+    assert_operator since_reset, closed_before.positive? ? :< : :<=, since_start, after
   end
 
   # The ticker (Ruby 3.3+) runs where rb_postponed_job_preregister exists.

@@ -123,6 +123,23 @@ class TestReportVarianceGroups < Minitest::Test
     assert_equal (0...16).map { |g| g.even? ? "100" : "60" }, (0...16).map { |g| labels.fetch("inuse_objects_vg#{g}") }
   end
 
+  def test_allocation_counts_use_the_windows_since_reset
+    # After Heapscope.reset the counters hold only the windows since, which the alloc_ design line
+    # gives: here groups 0-7 saw 1,000 allocations each since the reset, and the site's parts are
+    # exactly a tenth of that, 100 per group: no spread, error 0. Read against every window since
+    # start (all 16 groups), the same parts look like a site missing from half of them: residuals
+    # +-50 in all 16, variance 16/15 x 0.96 x 40,000 = 40,960, widened for 7 degrees of freedom
+    # ((2.366 / 2)^2 = 1.40): error 239, 30% of 800.
+    prof = grouped_profile([[LINE, [800, 80_000, 0, 0], {}, { "alloc_objects" => (0...8).to_h { |g| [g, 100] } }]])
+    prof.comments << "alloc_variance_groups=16 group_allocations=#{(Array.new(8, 1000) + Array.new(8, 0)).join(",")}"
+    row = top(write("reset.pb.gz", prof), "--sample", "alloc_objects")["entries"][0]
+    assert_equal 800, row["flat"]
+    assert_in_delta 0.0, row["relative_error"], 1e-9
+    prof.comments.pop
+    row = top(write("since_start.pb.gz", prof), "--sample", "alloc_objects")["entries"][0]
+    assert_in_delta 0.30, row["relative_error"], 0.01
+  end
+
   def test_a_bounded_weight_scale_is_said_in_the_header
     # The ratio wanted 4.5 but the scale is held at 3: estimates are a third too low, which no error
     # bar shows, so the header says it.

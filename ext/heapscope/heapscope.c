@@ -154,7 +154,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
   recorder_stats rs;
   capture_get_stats(&cs);
   recorder_get_stats(capture_recorder(), &rs);
-  size_t size = 1536 + 24 * VARIANCE_GROUPS;
+  size_t size = 1536 + 2 * 24 * VARIANCE_GROUPS;
   char *text = malloc(size);
   if (text == NULL) return NULL;
   int used = snprintf(text, size,
@@ -178,11 +178,17 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            (unsigned long long)cs.windows_opened, hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
            (unsigned long long)cs.skipped_own, snapshot->has_groups ? "groups" : "labels");
   if (snapshot->has_groups && used > 0 && (size_t)used < size) {
-    used += snprintf(text + used, size - (size_t)used, "variance_groups=%d group_allocations=", VARIANCE_GROUPS);
-    for (int g = 0; g < VARIANCE_GROUPS && used > 0 && (size_t)used < size; g++) {
-      used += snprintf(text + used, size - (size_t)used, g ? ",%.0f" : "%.0f", snapshot->design.allocations[g]);
+    // Live objects' design (every window), then the allocation counters' (since Heapscope.reset).
+    const group_design *designs[2] = {&snapshot->design, &snapshot->alloc_design};
+    for (int d = 0; d < 2; d++) {
+      used += snprintf(text + used, size - (size_t)used, "%svariance_groups=%d group_allocations=", d ? "alloc_" : "", VARIANCE_GROUPS);
+      for (int g = 0; g < VARIANCE_GROUPS && used > 0 && (size_t)used < size; g++) {
+        used += snprintf(text + used, size - (size_t)used, g ? ",%.0f" : "%.0f", designs[d]->allocations[g]);
+      }
+      if (used <= 0 || (size_t)used >= size) break;
+      used += snprintf(text + used, size - (size_t)used, "\n");
+      if (used <= 0 || (size_t)used >= size) break;
     }
-    if (used > 0 && (size_t)used < size) snprintf(text + used, size - (size_t)used, "\n");
   }
   return text;
 }

@@ -62,7 +62,9 @@ struct recorder {
 
   size_t suspect_count;       // records flagged RECORD_SUSPECT
 
-  group_design design;        // windowed: the closed windows' allocations by variance group
+  // Windowed: the closed windows' allocations by variance group, since start (for live objects) and
+  // since the allocation counters were last reset (for them).
+  group_design design, alloc_design;
 
   recorder_stats stats;
 };
@@ -176,6 +178,7 @@ static void count_allocated_bytes(recorder *r, const record *rec, uint64_t size)
 
 void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations) {
   group_design_add_window(&r->design, window, (double)allocations);
+  group_design_add_window(&r->alloc_design, window, (double)allocations);
 }
 
 // ---- Records ----
@@ -514,10 +517,13 @@ static void scaled_groups(const hs_group_totals in, double scale, const group_de
 hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age, const recorder_estimate *e) {
   const double scale = e->scale;
   const bool windowed = e->windowed;
-  // The design, the window still open counted as if it closed now.
-  group_design design = r->design;
-  design.share = e->share;
-  if (windowed && e->has_open_window) group_design_add_window(&design, e->open_window, e->open_allocations);
+  // The designs, the window still open counted as if it closed now.
+  group_design design = r->design, alloc_design = r->alloc_design;
+  design.share = alloc_design.share = e->share;
+  if (windowed && e->has_open_window) {
+    group_design_add_window(&design, e->open_window, e->open_allocations);
+    group_design_add_window(&alloc_design, e->open_window, e->open_allocations);
+  }
   recorder_check_suspects(r); // before sizing anything by record_count: it may finish a GC
   hs_snapshot *s = snapshot_new();
   live_groups groups = {.groups = rec_malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
@@ -527,6 +533,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
   if (s != NULL && windowed) {
     s->has_groups = true;
     s->design = design;
+    s->alloc_design = alloc_design;
   }
   if (ok) {
     // Stack ids are dense (freed ids are reused), so a table of one slot per id up to the largest.
@@ -551,7 +558,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
         in[0][g] = c->groups.totals[g];
         in[1][g] = (float)((double)c->groups.totals[g] * mean_size);
       }
-      scaled_groups(in, scale, &design, out, variance);
+      scaled_groups(in, scale, &alloc_design, out, variance);
     } else {
       variance[0] = scale * scale * c->bernoulli;
       variance[1] = variance[0] * mean_size * mean_size;
@@ -587,6 +594,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
 void recorder_reset_allocs(recorder *r) {
   for (uint32_t i = 0; i < r->alloc_count; i++) stacktab_release(r->stacks, r->allocs[i].key.stack_id);
   r->alloc_count = 0;
+  memset(&r->alloc_design, 0, sizeof r->alloc_design);
   idindex_free(&r->alloc_index);
   // If this fails the index is empty with no slots, which still works: the next insert allocates.
   (void)idindex_init(&r->alloc_index, 256);

@@ -58,8 +58,9 @@ typedef struct {
   char *comments;   // NUL-terminated lines separated by '\n' (may be NULL), owned
   hs_group_totals *group_totals; // the samples' totals by variance group, owned
   size_t group_total_count, group_total_capacity;
-  bool has_groups;               // windowed: the design below is the samples' groups'
-  group_design design;
+  bool has_groups;               // windowed: the designs below are the samples' groups'
+  group_design design;           // inuse_* samples': every window since start
+  group_design alloc_design;     // alloc_* samples': the windows since the counters were reset
 } hs_snapshot;
 
 // A new, empty snapshot, or NULL when memory is short.

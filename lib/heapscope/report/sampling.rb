@@ -46,6 +46,9 @@ module Heapscope
       GROUPED = /\bvariance=groups\b/.freeze
       # "variance_groups=16 group_allocations=1200,1315,...": bounded, linear.
       GROUPS_LINE = /\bvariance_groups=(\d{1,2}) group_allocations=(\d{1,19}(?:,\d{1,19}){0,63})(?![\d,])/.freeze
+      # The allocation counters' design: the windows since Heapscope.reset ("alloc_variance_groups=16
+      # group_allocations=..."; \b keeps GROUPS_LINE from matching it, "_" being a word character).
+      ALLOC_GROUPS_LINE = /\balloc_variance_groups=(\d{1,2}) group_allocations=(\d{1,19}(?:,\d{1,19}){0,63})(?![\d,])/.freeze
       GROUP_SUFFIX = "_vg"
       # Student's t at 97.725% (two-sided 95.45%, the coverage of +-2 standard errors) for 1-4 degrees
       # of freedom; from 5 on the Cornish-Fisher expansion is within 0.003 of it (t_quantile).
@@ -146,7 +149,8 @@ module Heapscope
         @period = prof.period if prof.period_type && prof.period_type[1] == "bytes" && prof.period.to_i.positive?
         @ntypes = type_names.size
         @stride = 1 + groups # variance columns per type: T_var, then the groups'
-        read_design(prof) if groups.positive?
+        read_designs(prof) if groups.positive?
+        @alloc_types = type_names.each_index.select { |i| type_names[i].start_with?("alloc_") }.to_h { |i| [i, true] }
         @objects = {}
         @bytes = {}
         index = Sampling.name_index(type_names)
@@ -269,7 +273,8 @@ module Heapscope
         return nil unless @variance
 
         base = @ntypes + type_index * @stride
-        return group_variance(values, base + 1) if @design
+        design = @alloc_types[type_index] && @alloc_design ? @alloc_design : @design
+        return group_variance(values, base + 1, design) if design
 
         v = values[base]
         return nil if v.nil?
@@ -282,8 +287,8 @@ module Heapscope
       # min(G, n) - 1, n = (sum Y_g)^2 / sum Y_g^2 the number of groups the site effectively spans (one
       # window: n = 1, t = 14; all 16 groups alike: t = 2.13, the error 6% wider). Without two groups
       # with allocations, or when the site spans one group, it is the estimate squared (+-100%).
-      def group_variance(values, first)
-        a = @design
+      def group_variance(values, first, design)
+        a = design[:allocations]
         ys = Array.new(a.size) { |g| values[first + g].to_f }
         return nil if values[first].nil? && values[first + a.size - 1].nil?
 
@@ -292,14 +297,15 @@ module Heapscope
 
         squares = ys.sum { |y| y * y }
         spanned = total * total / squares
-        return total * total if @design_groups < 2 || spanned < 1.5
+        groups = design[:groups]
+        return total * total if groups < 2 || spanned < 1.5
 
-        r = total / @design_total
+        r = total / design[:total]
         residuals = 0.0
         ys.each_with_index { |y, g| residuals += (y - r * a[g])**2 }
         fpc = @share && @share < 1 ? 1 - @share : 1.0
-        df = [[@design_groups, spanned].min.floor - 1, 1].max
-        @design_groups / (@design_groups - 1.0) * fpc * residuals * (t_quantile(df) / 2.0)**2
+        df = [[groups, spanned].min.floor - 1, 1].max
+        groups / (groups - 1.0) * fpc * residuals * (t_quantile(df) / 2.0)**2
       end
 
       # Student's t at 97.725% for df >= 1 degrees of freedom.
@@ -311,19 +317,23 @@ module Heapscope
           (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384.0 * df**3)
       end
 
-      # The variance groups' allocations (the design), or none: errors then come from T_var labels.
-      def read_design(prof)
+      # The variance groups' allocations (the designs: live objects', and the allocation counters' when
+      # the profile gives theirs apart), or none: errors then come from T_var labels.
+      def read_designs(prof)
+        @design = read_design(prof, GROUPS_LINE)
+        @alloc_design = read_design(prof, ALLOC_GROUPS_LINE)
+      end
+
+      def read_design(prof, pattern)
         prof.comments.each do |c|
-          m = c.match(GROUPS_LINE) or next
+          m = c.match(pattern) or next
           a = m[2].split(",").map(&:to_f)
           next unless a.size == @stride - 1
 
-          @design = a
-          @design_total = a.sum
-          @design_groups = a.count(&:positive?)
-          @design = nil unless @design_total.positive?
-          return
+          total = a.sum
+          return total.positive? ? { allocations: a, total: total, groups: a.count(&:positive?) } : nil
         end
+        nil
       end
 
       # The rate the old formula assumes: the lowered one when the budget lowered it (the larger error).
