@@ -140,6 +140,16 @@ class TestReportVarianceGroups < Minitest::Test
     assert_in_delta 0.30, row["relative_error"], 0.01
   end
 
+  def test_a_delta_that_sums_to_zero_still_has_an_error
+    # A delta's parts: +300 in group 1, -300 in group 2 (objects moved between windows' generations),
+    # 0 in total. Zero is not exact here: residuals +-300 (R = 0), variance 16/15 x 0.96 x 180,000 =
+    # 184,320, spanning 2 groups (t at 1 degree of freedom, x 48.78): error 2,998.
+    prof = grouped_profile([[LINE, [0, 0, 0, 0], {}, { "inuse_objects" => { 1 => 300, 2 => -300 } }]])
+    sampling = Heapscope::Report::Sampling.new(prof)
+    values = Heapscope::Report::Sampling.with_variances(prof.samples.first, Heapscope::Report::Sampling.variance_labels(prof))
+    assert_in_delta 2998, sampling.absolute_error(values, 2), 2
+  end
+
   def test_a_bounded_weight_scale_is_said_in_the_header
     # The ratio wanted 4.5 but the scale is held at 3: estimates are a third too low, which no error
     # bar shows, so the header says it.

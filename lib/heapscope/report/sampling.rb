@@ -284,21 +284,24 @@ module Heapscope
 
       # The random-groups variance (see the class comment) of the group parts at columns first..first +
       # groups - 1, widened by (t / 2)^2, t Student's at the degrees of freedom the parts really have:
-      # min(G, n) - 1, n = (sum Y_g)^2 / sum Y_g^2 the number of groups the site effectively spans (one
+      # min(G, n) - 1, n = (sum |Y_g|)^2 / sum Y_g^2 the number of groups the site effectively spans (one
       # window: n = 1, t = 14; all 16 groups alike: t = 2.13, the error 6% wider). Without two groups
-      # with allocations, or when the site spans one group, it is the estimate squared (+-100%).
+      # with allocations, or when the site spans one group, it is (sum |Y_g|)^2: the estimate squared
+      # (+-100%) where parts are positive.
       def group_variance(values, first, design)
         a = design[:allocations]
         ys = Array.new(a.size) { |g| values[first + g].to_f }
         return nil if values[first].nil? && values[first + a.size - 1].nil?
 
-        total = ys.sum
-        return 0.0 if total.zero?
-
+        # (A delta's parts can be negative: its total may be 0 while its parts are not.)
         squares = ys.sum { |y| y * y }
-        spanned = total * total / squares
+        return 0.0 if squares.zero?
+
+        total = ys.sum
+        size = ys.sum(&:abs)
+        spanned = size * size / squares
         groups = design[:groups]
-        return total * total if groups < 2 || spanned < 1.5
+        return size * size if groups < 2 || spanned < 1.5
 
         r = total / design[:total]
         residuals = 0.0
