@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../markdown_docs"
+
 # kramdown: a real library doing real work. The kramdown gem (pure Ruby, from the registry; the Gemfile's
 # bench group) parses Markdown documents of about 10 KB (headers, paragraphs with emphasis, links and code
 # spans, lists, code blocks, tables, block quotes) and renders each to HTML; the trees and HTML of the last
@@ -31,18 +33,7 @@ module Bench
 
       # The same i gives the same text in every process.
       def markdown(i, sections: 20)
-        rng = Random.new(7 + i)
-        words = ->(n) { Array.new(n) { w = WORDS[rng.rand(WORDS.size)]; rng.rand(8).zero? ? "*#{w}*" : w }.join(" ") }
-        out = +"# Document #{i}\n\n"
-        sections.times do |s|
-          out << "## Section #{s}: #{words.(3)}\n\n"
-          out << words.(40) << " [a link](https://example.com/#{i}/#{s}) and `code #{s}`, **#{words.(2)}**.\n\n"
-          out << Array.new(4) { |k| "- item #{k}: #{words.(6)}\n" }.join << "\n" if (s % 3).zero?
-          out << "    def step_#{s}(x)\n      x * #{s}\n    end\n\n" if s % 4 == 1
-          out << "| a | b | c |\n|---|---|---|\n" << Array.new(3) { |r| "| #{r} | #{words.(2)} | #{s} |\n" }.join << "\n" if s % 5 == 2
-          out << "> #{words.(15)}\n\n" if s % 6 == 3
-        end
-        out
+        MarkdownDocs.document(i, sections: sections, seed: 7 + i, words: WORDS, emphasis_one_in: 8)
       end
     end
   end
