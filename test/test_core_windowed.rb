@@ -88,7 +88,7 @@ class TestCoreWindowed < Minitest::Test
     else
       # Ruby 3.1: a window lasts from one GC to the next, so a run's share is a few strides' luck (with
       # 50 of them, above 8% one time in twelve); what holds is that no weight is scaled past its bound.
-      assert_operator stats[:weight_scale], :<=, 3.0, stats.inspect
+      assert_operator stats[:weight_scale], :<=, 5.0, stats.inspect
       assert_operator stats[:weight_scale], :>=, 0.5, stats.inspect
     end
     comments = heap_profile.comments.join("\n")

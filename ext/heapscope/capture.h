@@ -97,7 +97,7 @@ void capture_prepare_snapshot(void);
 // than a sync job's delay is lost, GC pauses hold windows without allocations, and hook-on code runs
 // slower. Windows are still placed independently of the program, so every allocation had the same
 // probability of being in one, which the realized share measures. 1 when always sampling, and before
-// any window. Bounded to [0.5, 3]. Never raises.
+// any window. Bounded to [0.5, 5]. Never raises.
 double capture_weight_scale(void);
 // The same ratio before the bounds: where it is beyond them, estimates are biased (too low above 3).
 double capture_weight_scale_wanted(void);

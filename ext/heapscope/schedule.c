@@ -40,10 +40,9 @@ void schedule_init(schedule *s, double share, uint32_t sample_every, uint64_t no
   s->next_change = now + draw_period(s);
 }
 
-// The mean window two sync jobs per window can afford, and that outlasts the jobs' delay.
+// The mean window two sync jobs per window can afford.
 static double affordable_mean_on(const schedule *s) {
   double wanted = 2.0 * s->sync_nanos * s->share / SCHEDULE_SYNC_SHARE; // a cycle lasts D / share
-  if (wanted < SCHEDULE_LATENCY_FACTOR * s->delay_nanos) wanted = SCHEDULE_LATENCY_FACTOR * s->delay_nanos;
   if (wanted < SCHEDULE_MIN_MEAN_ON_NANOS) wanted = SCHEDULE_MIN_MEAN_ON_NANOS;
   if (wanted > SCHEDULE_MAX_MEAN_ON_NANOS) wanted = SCHEDULE_MAX_MEAN_ON_NANOS;
   return wanted;
@@ -84,11 +83,6 @@ uint64_t schedule_next_event(const schedule *s) {
 void schedule_note_sync_cost(schedule *s, double nanos) {
   if (!(nanos >= 0.0)) return;
   s->sync_nanos = s->sync_nanos == 0.0 ? nanos : 0.9 * s->sync_nanos + 0.1 * nanos;
-}
-
-void schedule_note_sync_delay(schedule *s, double nanos) {
-  if (!(nanos >= 0.0)) return;
-  s->delay_nanos = s->delay_nanos == 0.0 ? nanos : 0.9 * s->delay_nanos + 0.1 * nanos;
 }
 
 double schedule_weight(const schedule *s, uint32_t window_every) { return (double)window_every / s->share; }

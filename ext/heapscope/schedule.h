@@ -45,15 +45,7 @@
 #ifndef SCHEDULE_SYNC_SHARE
 #define SCHEDULE_SYNC_SHARE 0.002
 #endif
-// Sync jobs run late on a busy machine (the thread that must run them waits for a CPU): a window that
-// ends before its job runs never opens, and the hook then sees far less than its share (measured: 0.6%
-// for a 4% share, three CPU-bound processes on two cores), so the mean window is kept at least this
-// many times the jobs' mean delay. (A fixed delay L loses the windows shorter than L: at a mean window
-// of 2L, about 9% of the on-time; the weight scale corrects for what is lost.)
-#ifndef SCHEDULE_LATENCY_FACTOR
-#define SCHEDULE_LATENCY_FACTOR 2.0
-#endif
-// When (virtual time) the mean window is retuned to the sync jobs' cost and delay: first at
+// When (virtual time) the mean window is retuned to the sync jobs' cost: first at
 // SCHEDULE_FIRST_RETUNE_NANOS (short runs matter too), then every SCHEDULE_RETUNE_NANOS; at fixed
 // moments, so that when the rates change does not depend on the chain's state (which would break its
 // stationarity).
@@ -70,7 +62,6 @@ typedef struct {
   uint64_t next_change;  // virtual nanoseconds at which it flips next
   uint64_t next_retune;  // virtual nanoseconds at which the mean window is retuned next
   double sync_nanos;     // a moving average of a sync job's cost (0: none measured yet)
-  double delay_nanos;    // a moving average of how late sync jobs ran after they were asked for
   uint64_t flips;        // changes drawn so far
   sampler random;        // the chain's own random numbers (not the allocation countdown's)
 } schedule;
@@ -95,9 +86,11 @@ uint64_t schedule_next_event(const schedule *s);
 // share and the stationary distribution stay as they are; the time to the next flip is drawn anew at
 // that moment (the periods are memoryless).
 void schedule_note_sync_cost(schedule *s, double nanos);
-// Takes how late a sync job ran (from the ticker's request to its start) into a moving average; at the
-// next retune moment the mean window is made at least SCHEDULE_LATENCY_FACTOR times it.
-void schedule_note_sync_delay(schedule *s, double nanos);
+// (Sync jobs run late on a busy machine, and a window that ends before its job runs never opens: the
+// weight scale corrects for the lost ones. Windows of twice the jobs' mean delay lost fewer, but were
+// so few that estimates spread more, their error bars covered the truth less often, and a run's share
+// of hook-on allocations swung past twice the share: docs/architecture.md. So delay does not lengthen
+// windows.)
 
 // What one sample taken inside a window at the in-window rate 1 in window_every stands for:
 // window_every / share (sample_every when window_every is the one schedule_init chose).
