@@ -142,7 +142,12 @@ class TestCoreWindowed < Minitest::Test
     300.times { |i| i.even? ? kept << Kept.new : Dropped.new }
     GC.stress = false
     GC.start
-    assert_empty tracked(Dropped)
+    # The truth is what the GC kept: none of the dropped objects, except the few a conservative scan of
+    # the machine stack keeps alive (on Ruby 3.1 the VM's hook dispatch leaves the last reported object
+    # in a stack slot; docs/architecture.md, known limits). No record may outlive its object.
+    alive_dropped = ObjectSpace.each_object(Dropped).to_a
+    assert_operator alive_dropped.size, :<=, 4, "dropped objects still alive: the stack keeps only a few"
+    assert_operator tracked(Dropped).size, :<=, alive_dropped.size, "a tracked dropped object is one the GC kept"
     ids = kept.to_h { |o| [o.__id__, true] }
     assert tracked(Kept).all? { |o| ids[o.__id__] }
     assert_equal 0, Heapscope.stats[:gc_runs_missed]
