@@ -83,6 +83,7 @@ typedef struct {
   uint32_t window;         // the current window's number: a sample's cluster (each sample's own when always)
   uint64_t hook_allocations;   // allocations the hook has seen, up to the last countdown load or close
   uint64_t uncharged_allocations; // of which not yet charged to heapscope's own time
+  uint64_t last_charged_nanos;    // monotonic time of the last charge (capture_charge)
   uint64_t started_allocations;   // the VM's allocation count at start
   uint64_t started_virtual;       // virtual time at start
   uint64_t window_opened_virtual; // virtual time the current window opened
