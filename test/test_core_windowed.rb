@@ -37,7 +37,12 @@ class TestCoreWindowed < Minitest::Test
     tracked_kept = tracked(Kept)
     refute_empty tracked_kept, "windows sampled some of the kept objects"
     assert tracked_kept.all? { |o| kept_ids[o.__id__] }, "every tracked Kept is one of ours"
-    assert_empty tracked(Dropped), "no record of a dropped object survived a GC"
+    # The truth is what the GC kept: none of the dropped objects, except the few a conservative scan of
+    # the machine stack keeps alive (seen on Ruby 3.1: one Dropped kept by a stale stack slot). No
+    # record may outlive its object.
+    alive_dropped = ObjectSpace.each_object(Dropped).to_a
+    assert_operator alive_dropped.size, :<=, 4, "dropped objects still alive: the stack keeps only a few"
+    assert_operator tracked(Dropped).size, :<=, alive_dropped.size, "a tracked dropped object is one the GC kept"
     stats = Heapscope.stats
     assert_equal GC.count - gcs_before, stats[:gc_runs_seen], "a liveness pass ran at every GC: #{stats}"
     assert_equal 0, stats[:gc_runs_missed]
