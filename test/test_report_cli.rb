@@ -285,6 +285,36 @@ class TestReportCLI < Minitest::Test
     assert_includes out, "usage: heapscope top FILE"
   end
 
+  def test_every_commands_help_says_what_it_does
+    %w[top diff leaks flamegraph].each do |command|
+      status, out, err = run_cli(command, "--help")
+      assert_equal [0, ""], [status, err], command
+      usage, blank, description = out.lines
+      assert_match(/\Ausage: heapscope #{command} /, usage)
+      assert_equal "\n", blank, command
+      assert_match(/\A[A-Z][a-z]+s .{20,}\.\n\z/, description, "#{command}: a sentence saying what it does")
+    end
+  end
+
+  def test_top_hides_sites_at_zero_unless_asked
+    # Three stacks made objects; only the leak's are still alive. The inuse view lists the leak's three
+    # lines (its own and its callers', cum) and says the four lines of the other stacks are hidden;
+    # --all lists all seven; the alloc view has nothing at zero.
+    path = write("zeros.pb.gz", heapscope_profile([[LEAK, [10, 640, 8, 512], {}], [ONE_OFF, [5, 320, 0, 0], {}],
+                                                   [CHURN, [7, 448, 0, 0], {}]]))
+    status, out, = run_cli("top", path, "--sample", "inuse_space")
+    assert_equal 0, status
+    assert_includes out, "showing 3 of 3 sites, 4 more at zero hidden (--all lists them)"
+    refute_includes out, "app/config.rb"
+    data = JSON.parse(run_cli("top", path, "--sample", "inuse_space", "--json")[1])
+    assert_equal [3, 4], [data["entries_total"], data["hidden_zero"]]
+    _, out, = run_cli("top", path, "--sample", "inuse_space", "--all")
+    assert_includes out, "showing 7 of 7 sites ("
+    assert_includes out, "app/config.rb:5"
+    _, out, = run_cli("top", path, "--sample", "alloc_objects")
+    assert_includes out, "showing 7 of 7 sites ("
+  end
+
   def test_internal_errors_are_one_line_exit_1
     path = write("ok.pb.gz", series_profile(0))
     Heapscope::Report::Top.stub(:report, ->(*) { raise ArgumentError, "boom\nsecond line" }) do

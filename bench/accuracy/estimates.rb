@@ -19,7 +19,7 @@ module Accuracy
       sites = {}
       describe = nil
       TYPES.each do |type|
-        data = Heapscope::Report::Top.report(prof, path: path, sample: type, by: "line", n: ALL_ROWS)
+        data = Heapscope::Report::Top.report(prof, path: path, sample: type, by: "line", n: ALL_ROWS, all: true)
         describe ||= data["sampling"]
         data["entries"].each do |row|
           file = row["file"].to_s

@@ -25,8 +25,8 @@ module Heapscope
       def initialize(argv)
         @opts = defaults
         parser = OptionParser.new
-        parser.banner = self.class::USAGE
-        parser.on("-h", "--help") { raise Help, parser.help }
+        parser.banner = "#{self.class::USAGE}\n\n#{self.class::DESCRIPTION}\n"
+        parser.on("-h", "--help", "show this help") { raise Help, parser.help }
         options(parser, @opts)
         size_flag(parser, @opts)
         begin

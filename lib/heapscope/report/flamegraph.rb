@@ -18,6 +18,7 @@ module Heapscope
     # PRUNE of the total in every type dropped (their values stay in their parent), so a profile of 50k
     # samples becomes a page that draws instantly.
     class Flamegraph < Command
+      DESCRIPTION = "Writes a self-contained HTML flame graph of a profile, with errors on every node."
       USAGE = "usage: heapscope flamegraph FILE [-o out.html] [--sample TYPE] [--icicle] [--max-size SIZE]"
       PRUNE = 1e-4
       # At most this many frames (nodes) on a page, the largest: a browser draws 100k boxes quickly, and

@@ -20,6 +20,7 @@ module Heapscope
     # Sites that grew in at least STEADY of the intervals come first, by rate; the others follow by
     # rate * steady. So a steady leak ranks above a bigger one-off step and above churn.
     class Leaks < Command
+      DESCRIPTION = "Follows a live value (default inuse_space) through a series of profiles of one process and lists the sites that keep growing."
       USAGE = "usage: heapscope leaks FILE... | DIR [--sample TYPE] [--by line|function|class] [-n 20] [--json] " \
               "[--max-size SIZE]"
       # Matched against file names as bytes (/n): a name that is not UTF-8 must not stop the match.

@@ -11,8 +11,9 @@ module Heapscope
     #         flat  flat%   sum%       cum   cum%   error  site
     #     8.0 MiB  80.1%  80.1%   8.0 MiB  80.1%     ±2%  Cache#store app/cache.rb:12
     class Top < Command
+      DESCRIPTION = "Lists the sites holding (or allocating) the most in a profile, with the sampling error of each."
       USAGE = "usage: heapscope top FILE [-n 20] [--sample TYPE] [--by line|function|class] [--cum] [--json] " \
-              "[--max-size SIZE]"
+              "[--all] [--max-size SIZE]"
 
       def defaults
         { n: 20, by: "line" }
@@ -24,11 +25,12 @@ module Heapscope
         by_flag(parser, opts)
         parser.on("--cum", "sort by cumulative value (default: flat)") { opts[:cum] = true }
         parser.on("--json", "print JSON for machines") { opts[:json] = true }
+        parser.on("--all", "also list sites whose value shown is zero (hidden by default)") { opts[:all] = true }
       end
 
       def run(out)
         path = @args.first
-        data = self.class.report(load_profile(path), path: path, **@opts.slice(:sample, :by, :cum, :n))
+        data = self.class.report(load_profile(path), path: path, **@opts.slice(:sample, :by, :cum, :n, :all))
         if @opts[:json]
           out.puts Escape.json(data)
         else
@@ -38,7 +40,9 @@ module Heapscope
       end
 
       # Computes the table as a Hash (what --json prints): entries sorted by flat (or cum), largest first.
-      def self.report(prof, path: "profile", sample: nil, by: "line", cum: false, n: 20)
+      # Sites whose flat and cum values of the type shown are both zero (a line whose objects all died,
+      # in an inuse view) are left out and counted as hidden, unless all: true.
+      def self.report(prof, path: "profile", sample: nil, by: "line", cum: false, n: 20, all: false)
         ti = Sites.sample_index(prof, sample, path)
         name, unit = prof.sample_types[ti]
         sampling = Sampling.new(prof)
@@ -49,6 +53,12 @@ module Heapscope
         wanted = [ti, objects_i, prof.sample_index("#{stem}_objects"), prof.sample_index("#{stem}_space")].compact.uniq
         wanted |= wanted.flat_map { |i| sampling.variance_columns(i) } # their variance labels (and groups)
         entries = Sites.aggregate(prof, by, cum: wanted).values
+        hidden = 0
+        unless all
+          shown = entries.reject { |e| e.flat[ti].zero? && e.cum[ti].zero? }
+          hidden = entries.size - shown.size
+          entries = shown
+        end
         total = prof.samples.sum { |s| s.values[ti] }
         sort = cum ? :cum : :flat
         entries.sort_by! { |e| [-e.send(sort)[ti], e.name] }
@@ -67,7 +77,7 @@ module Heapscope
         {
           "file" => path, "sample_type" => name, "unit" => unit, "by" => by, "sort" => sort.to_s,
           "total" => total, "sampling" => sampling.describe, "sample_every" => sampling.sample_every,
-          "entries_total" => entries.size, "entries" => rows,
+          "entries_total" => entries.size, "hidden_zero" => hidden, "entries" => rows,
         }
       end
 
@@ -77,8 +87,10 @@ module Heapscope
         lines = []
         lines << "File: #{data["file"]}"
         lines << "Type: #{data["sample_type"]}, by #{data["by"]}, sorted by #{data["sort"]}; #{data["sampling"]}"
+        hidden = data["hidden_zero"].to_i
         lines << "Total: #{Units.format(data["total"], unit)}; showing #{data["entries"].size} of " \
-                 "#{data["entries_total"]} sites (error: sampling error of the #{data["sort"]} value)"
+                 "#{data["entries_total"]} sites#{hidden.positive? ? ", #{hidden} more at zero hidden (--all lists them)" : ""} " \
+                 "(error: sampling error of the #{data["sort"]} value)"
         rows = [%w[flat flat% sum% cum cum% error site]]
         data["entries"].each do |e|
           rows << [Units.format(e["flat"], unit), fmt_pct(e["flat_percent"]), fmt_pct(e["sum_percent"]),
