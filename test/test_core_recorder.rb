@@ -112,11 +112,17 @@ class TestCoreRecorder < Minitest::Test
     assert_equal 1, sum_at(with_zero, "inuse_objects", line, klass: widget)
     assert_equal [0], samples_at(with_zero, line, klass: widget).select { |s| s.value("inuse_objects") > 0 }.map { |s| s.labels["gc_age"] }
 
+    # Building a profile allocates, and may start a GC of its own: the age it reports is the one at its
+    # start or, if a GC ran inside, up to the one at its end (loading open3 first, as other test files
+    # do, made one run inside the first profile here).
     ages = [1, 3, 9].map do |survived|
       GC.start while GC.count - allocated_at < survived
-      [heap_age(line), Heapscope::Testing.age_bucket(GC.count - allocated_at)]
+      before = GC.count - allocated_at
+      reported = heap_age(line)
+      after = GC.count - allocated_at
+      [reported, Heapscope::Testing.age_bucket(before), Heapscope::Testing.age_bucket(after)]
     end
-    ages.each { |reported, expected| assert_equal expected, reported }
+    ages.each { |reported, low, high| assert_includes low..high, reported }
     assert_equal ages.map(&:first).sort, ages.map(&:first)
     assert_operator ages.last.first, :>=, 8, "after 9 GCs the object is in the 8+ bucket"
     # Buckets are powers of two: 9 GCs survived is reported in the bucket starting at 8.
