@@ -225,7 +225,7 @@ class TestCoreAPI < Minitest::Test
     comments = decode(Heapscope.profile).comments
     line = comments.find { |c| c.start_with?("sampling=") }
     assert line, comments.inspect
-    assert_match(/\Asampling=#{expected} share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ weight_scale_wanted=[\d.]+ sample_every=\d+ current_sample_every=\d+ rate_lowered=(true|false) windows=\d+ hook_on_share=[\d.]+ allocations=\d+ skipped_own=\d+ variance=#{expected == :windowed ? "pairs" : "labels"}\z/, line)
+    assert_match(/\Asampling=#{expected} share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ weight_scale_wanted=[\d.]+ sample_every=\d+ current_sample_every=\d+ rate_lowered=(true|false) windows=\d+ hook_on_share=[\d.]+ allocations=\d+ skipped_own=\d+ variance=#{expected == :windowed ? "groups" : "labels"}\z/, line)
     # Windowed: the variance groups' allocations (docs/configuration.md), 16 whole numbers.
     design = comments.find { |c| c.start_with?("variance_groups=") }
     if expected == :windowed

@@ -97,7 +97,7 @@ class TestCoreWindowed < Minitest::Test
       assert_operator stats[:weight_scale], :>=, 0.5, stats.inspect
     end
     comments = heap_profile.comments.join("\n")
-    assert_match(/sampling=windowed share=0\.04 realized_share=[\d.]+ weight_scale=[\d.]+ .*variance=pairs$/, comments)
+    assert_match(/sampling=windowed share=0\.04 realized_share=[\d.]+ weight_scale=[\d.]+ .*variance=groups$/, comments)
     # The groups' allocations add up to the allocations the hook saw in closed windows and the open one.
     design = comments[/^variance_groups=16 group_allocations=([\d,]+)$/, 1]
     refute_nil design, comments

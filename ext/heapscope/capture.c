@@ -328,7 +328,7 @@ static void reset_in_child(void) {
   uint64_t seed = sampler_random(&cap.sampler) ^ ((uint64_t)getpid() << 17) ^ capture_now_nanos();
   uint32_t every = cap.sampler.sample_every;
   sampler_init(&cap.sampler, every, seed);
-  schedule_reseed(&sched, seed ^ 0x5851f42d4c957f2dull);
+  sampler_init(&sched.random, 2, seed ^ 0x5851f42d4c957f2dull);
   if (ticker_running()) {
     ticker_forget_after_fork();
     cap.ticker_lost = cap.running;
@@ -483,7 +483,7 @@ void capture_get_stats(capture_stats *stats) {
   }
   pthread_mutex_lock(&sched_lock);
   stats->share = sched.share;
-  stats->mean_window_nanos = sched.window_nanos;
+  stats->mean_window_nanos = sched.mean_on_nanos;
   stats->schedule_flips = sched.flips;
   pthread_mutex_unlock(&sched_lock);
   ticker_stats ts;

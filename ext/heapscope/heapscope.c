@@ -176,7 +176,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), capture_weight_scale_wanted(), c->sample_every, cs.current_every,
            cs.current_every > c->sample_every || cs.rate_adjustments > 0 ? "true" : "false",
            (unsigned long long)cs.windows_opened, hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
-           (unsigned long long)cs.skipped_own, snapshot->has_groups ? "pairs" : "labels");
+           (unsigned long long)cs.skipped_own, snapshot->has_groups ? "groups" : "labels");
   if (snapshot->has_groups && used > 0 && (size_t)used < size) {
     // Live objects' design (every window), then the allocation counters' (since Heapscope.reset).
     const group_design *designs[2] = {&snapshot->design, &snapshot->alloc_design};

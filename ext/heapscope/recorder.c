@@ -519,6 +519,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs
   const bool windowed = e->windowed;
   // The designs, the window still open counted as if it closed now.
   group_design design = r->design, alloc_design = r->alloc_design;
+  design.share = alloc_design.share = e->share;
   if (windowed && e->has_open_window) {
     group_design_add_window(&design, e->open_window, e->open_allocations);
     group_design_add_window(&alloc_design, e->open_window, e->open_allocations);

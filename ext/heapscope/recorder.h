@@ -101,11 +101,12 @@ bool recorder_has_suspects(const recorder *r);
 // seen frozen keep their size). Frames are named through code_names, which the caller resolved just
 // before (names_resolve). allocs marks it as an allocations profile. NULL when memory is short.
 // How a snapshot turns samples into estimates (variance.h): the weight scale every value is multiplied
-// by (capture_weight_scale), and, windowed, the window still open with the allocations it has seen so
-// far.
+// by (capture_weight_scale), and, windowed, the share and the window still open with the allocations it
+// has seen so far.
 typedef struct {
   double scale;
   bool windowed;
+  double share;
   bool has_open_window;
   uint32_t open_window;
   double open_allocations;

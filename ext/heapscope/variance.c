@@ -11,11 +11,11 @@ double group_sums_variance(const group_sums *s, const group_design *d, double sc
   if (total == 0.0) return 0.0;
   // Fewer than two groups say nothing about the spread between windows: as uncertain as the estimate.
   if (groups < 2 || allocations <= 0.0) return scale * scale * total * total;
-  double r = total / allocations, sum = 0.0;
-  for (int g = 0; g < VARIANCE_PAIRS; g++) {
-    double e0 = s->totals[g] - r * d->allocations[g];
-    double e1 = s->totals[g + VARIANCE_PAIRS] - r * d->allocations[g + VARIANCE_PAIRS];
-    sum += (e0 - e1) * (e0 - e1);
+  double r = total / allocations, residuals = 0.0;
+  for (int g = 0; g < VARIANCE_GROUPS; g++) {
+    double e = s->totals[g] - r * d->allocations[g];
+    residuals += e * e;
   }
-  return scale * scale * sum;
+  double fpc = d->share < 1.0 ? 1.0 - d->share : 0.0;
+  return scale * scale * (double)groups / (double)(groups - 1) * fpc * residuals;
 }

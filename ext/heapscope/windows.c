@@ -19,21 +19,19 @@ static VALUE sym_malloc_increase_bytes, sym_malloc_increase_bytes_limit;
 
 uint64_t windows_virtual_now(void) { return capture_now_nanos() - __atomic_load_n(&own_nanos, __ATOMIC_RELAXED); }
 
-// Opens the schedule's window number `window` (schedule.h: its variance group depends on it).
-static void open_window(uint32_t window) {
+static void open_window(void) {
   cap.window_opened_virtual = windows_virtual_now();
   cap.window_opened_allocations = cap.hook_allocations;
-  cap.window = window;
+  cap.window++;
   cap.window_open = true;
   __atomic_store_n(&hook_applied, 1, __ATOMIC_RELAXED);
   cap.stats.windows_opened++;
   rb_tracepoint_enable(cap.newobj_hook);
 }
 
-// Counts what the current window saw, for the recorder's variance design and the realised share. The
-// countdown keeps what is left of it for the next window: its law is memoryless, so the next window's
-// allocations are sampled as if this one had gone on.
-static void account_window(void) {
+// Ends the current window. The countdown keeps what is left of it for the next window: its law is
+// memoryless, so the next window's allocations are sampled as if this one had gone on.
+static void close_window(void) {
   uint64_t seen = cap.step - cap.countdown;
   cap.hook_allocations += seen;
   cap.uncharged_allocations += seen;
@@ -41,25 +39,10 @@ static void account_window(void) {
   recorder_close_window(cap.recorder, cap.window, cap.hook_allocations - cap.window_opened_allocations);
   uint64_t now = windows_virtual_now();
   cap.closed_windows_virtual += now > cap.window_opened_virtual ? now - cap.window_opened_virtual : 0;
-}
-
-// Ends the current window.
-static void close_window(void) {
-  account_window();
   cap.window_open = false;
   __atomic_store_n(&hook_applied, 0, __ATOMIC_RELAXED);
   rb_tracepoint_disable(cap.newobj_hook);
   capture_charge(capture_now_nanos());
-}
-
-// The schedule moved from one window straight into another between two sync points (they touch or
-// overlap): the hook stays on, and what follows counts for the new window's number.
-static void renumber_window(uint32_t window) {
-  account_window();
-  cap.window_opened_virtual = windows_virtual_now();
-  cap.window_opened_allocations = cap.hook_allocations;
-  cap.window = window;
-  cap.stats.windows_opened++;
 }
 
 // A sync point: sets the hook to the schedule's state at this moment (schedule.h). Inside the GC the
@@ -70,13 +53,11 @@ void windows_sync(void) {
   cap.syncing = true;
   pthread_mutex_lock(&sched_lock);
   bool on = schedule_state_at(&sched, windows_virtual_now());
-  uint32_t window = sched.window;
   pthread_mutex_unlock(&sched_lock);
   // Under GC.stress (watched on Ruby 3.1 only) every allocation collects: a window would make every
   // one of them a sampled GC too. Windows stay shut then (a debugging mode: its allocations are missed).
   if (cap.gc_stress || cap.gc_stress_polled) on = false;
-  if (on && !cap.window_open) open_window(window);
-  else if (on && window != cap.window) renumber_window(window);
+  if (on && !cap.window_open) open_window();
   else if (!on && cap.window_open) close_window();
   cap.syncing = false;
 }
@@ -275,7 +256,7 @@ void windows_calibrate_hook_cost(void) {
 void capture_estimate(recorder_estimate *e) {
   capture_stats stats;
   capture_get_stats(&stats);
-  *e = (recorder_estimate){.scale = capture_weight_scale(), .windowed = cap.running && cap.config.windowed};
+  *e = (recorder_estimate){.scale = capture_weight_scale(), .windowed = cap.running && cap.config.windowed, .share = stats.share};
   if (e->windowed && cap.window_open) {
     e->has_open_window = true;
     e->open_window = cap.window;

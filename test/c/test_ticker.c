@@ -1,5 +1,5 @@
 // Unit tests for ext/heapscope/ticker.c, with a fake capture: the ticker asks for a sync when the
-// schedule's state differs from the applied one, follows the schedule's flips when syncs come, backs off
+// schedule's state differs from the applied one, follows the chain's flips when syncs come, backs off
 // when they do not, and stops promptly.
 #include "../../ext/heapscope/ticker.h"
 #include "check.h"
@@ -9,7 +9,7 @@
 static schedule sched;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int applied;      // what the fake capture applied (atomic)
-static int follow;       // whether a trigger applies the schedule's state at once, as a sync job would
+static int follow;       // whether a trigger applies the chain's state at once, as a sync job would
 static unsigned triggers; // atomic
 
 static uint64_t monotonic(void) {
@@ -39,7 +39,7 @@ static const ticker_config config = {
   .schedule = &sched, .lock = &lock, .virtual_now = virtual_now, .applied = applied_state, .trigger = trigger,
 };
 
-// Syncs that come: about one request per flip of the schedule (a flip back before a sync needs none).
+// Syncs that come: about one request per flip of the chain (a flip back before a sync needs none).
 static void test_requests_follow_the_flips(void) {
   pthread_mutex_lock(&lock);
   schedule_init(&sched, 0.2, 1000, virtual_now(), 11);
@@ -55,7 +55,7 @@ static void test_requests_follow_the_flips(void) {
   pthread_mutex_lock(&lock);
   uint64_t flips = sched.flips;
   pthread_mutex_unlock(&lock);
-  // 300 ms of strata of about 0.95 ms holding two 100 us windows each: about 1200 flips (a loaded machine wakes the thread late: fewer).
+  // 300 ms of 500 us cycles: about 1200 flips (a loaded machine wakes the thread late: fewer).
   CHECK(flips > 100);
   CHECK(triggers > 0 && triggers <= flips + 1);
   ticker_stats stats;

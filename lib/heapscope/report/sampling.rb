@@ -7,22 +7,18 @@ module Heapscope
     # Sampling turns an estimate into its standard error, from what the profile says about how it was
     # sampled. Four cases, newest first:
     #
-    #   heapscope with paired variance groups (windowed sampling; comment lines "variance=pairs" and
-    #     "variance_groups=16 group_allocations=A_0,...,A_15"): time is cut into strata that each hold
-    #     two independently placed windows; window 0 of stratum k goes to group k mod 8, window 1 to
-    #     group 8 + k mod 8, and every sample carries, per sample type T, numeric labels T_vg0..T_vg15:
-    #     the part of its value that came from each group's windows (a missing label is 0). Group parts
-    #     add when samples are summed, so any site (a line, a function, a flame graph node) has its own
-    #     parts Y_g, and groups g and g + 8 are two independent replicates of the same strata, so
-    #       var = sum over g < 8 of (e_g - e_(g+8))^2,  e_g = Y_g - R A_g,  R = (sum Y_g) / (sum A_g)
-    #     (ext/heapscope/variance.h). Two samples of one window (two classes made by one line, two gc_age
-    #     buckets) are correlated, and this keeps it: adding the samples' own variances (their T_var
-    #     labels, also written) would not. A site seen in few strata has an uncertain variance, so its
-    #     error is widened by Student's t at the pairs it really spans (see group_variance): +-2 errors
-    #     cover about 95% of outcomes there as elsewhere.
-    #   heapscope with random variance groups (older windowed profiles, "variance=groups"): windows were
-    #     put into 16 groups by a hash of their number, and the random-groups estimate applies:
-    #       var = G/(G-1) x (1 - share) x sum_g (Y_g - R A_g)^2,  G the groups with A_g > 0.
+    #   heapscope with variance groups (windowed sampling; comment lines "variance=groups" and
+    #     "variance_groups=16 group_allocations=A_0,...,A_15"): windows are clusters, put into 16 random
+    #     groups, and every sample carries, per sample type T, numeric labels T_vg0..T_vg15: the part of
+    #     its value that came from each group's windows (a missing label is 0). Group parts add when
+    #     samples are summed, so any site (a line, a function, a flame graph node) has its own parts
+    #     Y_g, and its variance is the random-groups estimate of the ratio estimator's
+    #       var = G/(G-1) x (1 - share) x sum_g (Y_g - R A_g)^2,  R = (sum Y_g) / (sum A_g),
+    #     G the groups with A_g > 0 (ext/heapscope/variance.h). Two samples of one window (two classes
+    #     made by one line, two gc_age buckets) are correlated, and this keeps it: adding the samples'
+    #     own variances (their T_var labels, also written) would not. A site seen in few windows has an
+    #     uncertain variance, so its error is widened by Student's t at the groups it really spans (see
+    #     group_variance): +-2 errors cover 95% of outcomes there as elsewhere.
     #   heapscope with variance labels ("variance=labels": sampling always): every sample carries, for
     #     each sample type T, a numeric label T_var, the Bernoulli variance of its value. Each sampled
     #     allocation is drawn on its own, so the variance of a site (any sum of samples) is the sum of
@@ -46,9 +42,8 @@ module Heapscope
       CURRENT_SAMPLE_EVERY = /\bcurrent_sample_every=(\d{1,19})(?!\d)/.freeze
       WINDOWED = /\bsampling=windowed\b/.freeze
       WINDOWS_OPENED = /\bwindows_opened=(\d{1,19})(?!\d)/.freeze
-      VARIANCE = /\bvariance=(?:labels|groups|pairs)\b/.freeze
-      GROUPED = /\bvariance=(?:groups|pairs)\b/.freeze
-      PAIRED = /\bvariance=pairs\b/.freeze
+      VARIANCE = /\bvariance=(?:labels|groups)\b/.freeze
+      GROUPED = /\bvariance=groups\b/.freeze
       # "variance_groups=16 group_allocations=1200,1315,...": bounded, linear.
       GROUPS_LINE = /\bvariance_groups=(\d{1,2}) group_allocations=(\d{1,19}(?:,\d{1,19}){0,63})(?![\d,])/.freeze
       # The allocation counters' design: the windows since Heapscope.reset ("alloc_variance_groups=16
@@ -132,7 +127,6 @@ module Heapscope
         @variance = false
         @mode = nil
         @share = nil
-        @paired = false
         prof.comments.each do |c|
           # Linear patterns only (a comment is the profile writer's text): "windowed ... windows_opened"
           # is two searches, not one `.*` that backtracks over the comment for every "windowed" in it;
@@ -143,7 +137,6 @@ module Heapscope
           m = c.match(CURRENT_SAMPLE_EVERY)
           @current_sample_every = m[1].to_i if m && m[1].to_i.positive?
           if c.match?(VARIANCE)
-            @paired = true if c.match?(PAIRED)
             read_variance_line(c)
           elsif (at = c.index(WINDOWED))
             w = c.match(WINDOWS_OPENED, at) and @windows = w[1].to_i
@@ -289,13 +282,12 @@ module Heapscope
         v.positive? ? v : 0
       end
 
-      # The variance (see the class comment) of the group parts at columns first..first + groups - 1,
-      # widened by (t / 2)^2, t Student's at the degrees of freedom the parts really have. Paired groups:
-      # min(P, n) degrees, P the pairs with allocations and n = (sum s_p)^2 / sum s_p^2 the number of
-      # pairs the site effectively spans, s_p = |Y_g| + |Y_(g+8)| (one stratum: n = 1, t = 14; all pairs
-      # alike: t = 2.5). Random groups: min(G, n) - 1, n over groups. Without two groups with
-      # allocations, or when the site spans one (pair or group), it is (sum |Y_g|)^2: the estimate
-      # squared (+-100%) where parts are positive.
+      # The random-groups variance (see the class comment) of the group parts at columns first..first +
+      # groups - 1, widened by (t / 2)^2, t Student's at the degrees of freedom the parts really have:
+      # min(G, n) - 1, n = (sum |Y_g|)^2 / sum Y_g^2 the number of groups the site effectively spans (one
+      # window: n = 1, t = 14; all 16 groups alike: t = 2.13, the error 6% wider). Without two groups
+      # with allocations, or when the site spans one group, it is (sum |Y_g|)^2: the estimate squared
+      # (+-100%) where parts are positive.
       def group_variance(values, first, design)
         a = design[:allocations]
         ys = Array.new(a.size) { |g| values[first + g].to_f }
@@ -305,33 +297,13 @@ module Heapscope
         squares = ys.sum { |y| y * y }
         return 0.0 if squares.zero?
 
+        total = ys.sum
         size = ys.sum(&:abs)
-        return size * size if design[:groups] < 2
-
-        r = ys.sum / design[:total]
-        @paired && a.size.even? ? paired_variance(ys, a, r, size) : random_groups_variance(ys, a, r, size, squares, design[:groups])
-      end
-
-      def paired_variance(ys, a, r, size)
-        half = a.size / 2
-        spans = Array.new(half) { |g| ys[g].abs + ys[g + half].abs }
-        spanned = size * size / spans.sum { |s| s * s }
-        return size * size if spanned < 1.5
-
-        sum = 0.0
-        pairs = 0
-        half.times do |g|
-          sum += ((ys[g] - r * a[g]) - (ys[g + half] - r * a[g + half]))**2
-          pairs += 1 if a[g] + a[g + half] > 0
-        end
-        df = [[pairs, spanned].min.floor, 1].max
-        sum * (t_quantile(df) / 2.0)**2
-      end
-
-      def random_groups_variance(ys, a, r, size, squares, groups)
         spanned = size * size / squares
-        return size * size if spanned < 1.5
+        groups = design[:groups]
+        return size * size if groups < 2 || spanned < 1.5
 
+        r = total / design[:total]
         residuals = 0.0
         ys.each_with_index { |y, g| residuals += (y - r * a[g])**2 }
         fpc = @share && @share < 1 ? 1 - @share : 1.0
