@@ -25,7 +25,7 @@ module Heapscope
         by_flag(parser, opts)
         parser.on("--cum", "sort by cumulative value (default: flat)") { opts[:cum] = true }
         parser.on("--json", "print JSON for machines") { opts[:json] = true }
-        parser.on("--all", "also list sites whose value shown is zero (hidden by default)") { opts[:all] = true }
+        parser.on("--all", "also list sites whose flat and cum are both zero (hidden by default)") { opts[:all] = true }
       end
 
       def run(out)
@@ -53,12 +53,9 @@ module Heapscope
         wanted = [ti, objects_i, prof.sample_index("#{stem}_objects"), prof.sample_index("#{stem}_space")].compact.uniq
         wanted |= wanted.flat_map { |i| sampling.variance_columns(i) } # their variance labels (and groups)
         entries = Sites.aggregate(prof, by, cum: wanted).values
-        hidden = 0
-        unless all
-          shown = entries.reject { |e| e.flat[ti].zero? && e.cum[ti].zero? }
-          hidden = entries.size - shown.size
-          entries = shown
-        end
+        shown = all ? entries : entries.reject { |e| e.flat[ti].zero? && e.cum[ti].zero? }
+        hidden = entries.size - shown.size
+        entries = shown
         total = prof.samples.sum { |s| s.values[ti] }
         sort = cum ? :cum : :flat
         entries.sort_by! { |e| [-e.send(sort)[ti], e.name] }
