@@ -120,6 +120,20 @@ class TestCoreWindowed < Minitest::Test
     assert_operator since_reset, closed_before.positive? ? :< : :<=, since_start, after
   end
 
+  # Testing.hook_allocations (bench/accuracy/burst_coverage.rb reads it around stretches of code) is the
+  # stats' count without the Hash: every allocation under sampling: :always, none once stopped.
+  def test_testing_hook_allocations_counts_what_the_hook_saw
+    Heapscope.start(sampling: :always)
+    before = Heapscope::Testing.hook_allocations
+    1_000.times { Object.new }
+    seen = Heapscope::Testing.hook_allocations - before
+    assert_operator seen, :>=, 1_000
+    assert_operator seen, :<, 1_100, "only the loop's objects (and its Integer#times frame's few)"
+    assert_operator Heapscope.stats[:hook_allocations], :>=, before + seen
+    Heapscope.stop
+    assert_equal 0, Heapscope::Testing.hook_allocations
+  end
+
   # The ticker (Ruby 3.3+) runs where rb_postponed_job_preregister exists.
   def ticker?
     Heapscope.stats[:ticker_wakeups].positive?

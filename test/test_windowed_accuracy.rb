@@ -60,7 +60,8 @@ class TestWindowedAccuracy < Minitest::Test
   end
 
   # Checks every site of one kind ("allocs" or "live") of the runs against the truth. known_bias: the
-  # relative error allowed on top of 4 standard errors, for estimates with a measured, documented bias.
+  # relative error allowed on top of 4 standard errors, for estimates with a measured, documented bias:
+  # one number for every site, or a Hash of site => number (sites not in it get none).
   def assert_unbiased(name, runs, kind, known_bias: nil)
     truth = runs.first.dig("truth", kind)
     report = []
@@ -76,10 +77,11 @@ class TestWindowedAccuracy < Minitest::Test
       next unless judged
 
       assert se.positive?, "#{name} #{kind} #{site}: every run gave #{estimates.first}"
-      if known_bias
-        assert_operator (mean - expected).abs, :<=, known_bias * expected + 4 * se,
+      bias = known_bias.is_a?(Hash) ? known_bias[site] : known_bias
+      if bias
+        assert_operator (mean - expected).abs, :<=, bias * expected + 4 * se,
                         "#{name} #{kind} #{site}: the mean of #{RUNS} runs is off by more than the known bias " \
-                        "(#{known_bias}) plus 4 standard errors\n#{report.join("\n")}"
+                        "(#{bias}) plus 4 standard errors\n#{report.join("\n")}"
       else
         assert_operator (mean - expected).abs, :<=, 4 * se,
                         "#{name} #{kind} #{site}: the mean of #{RUNS} runs is more than 4 standard errors from the truth\n#{report.join("\n")}"
@@ -109,8 +111,17 @@ class TestWindowedAccuracy < Minitest::Test
     check("alternating")
   end
 
+  # A known bias, not fixed yet (issue 17): the share of a burst's allocations the hook sees falls from
+  # its start to its end (bench/accuracy/burst_coverage.rb), so SiteC, the burst's last 100, comes out
+  # low and SiteB a little high. Ruby 3.4.11, 144 runs: SiteC -5.6% (z -4.3), SiteB +1.2% (z +3.7); CI
+  # once saw SiteC -10.1% in 48 runs (z -4.1). Not the hook's cost charged to virtual time (charging
+  # 0 or 80 ns: -6.6% and -4.7%), nor the overhead budget (off: -6.1%); ending windows in the hook at
+  # the chain's flip, rather than at the late sync job, made it worse (-8.4%, though that try also
+  # read the clock at every hook-on allocation, uncharged). The allowance is the measured bias with
+  # room; four standard errors on top (48 runs: about 10% for SiteC) keep the 4-sigma false-failure
+  # rate, and anything worse still fails.
   def test_bursty_sites
-    check("bursty")
+    check("bursty", allocs_known_bias: { "SiteB" => 0.015, "SiteC" => 0.07 })
   end
 
   def test_malloc_driven_gc

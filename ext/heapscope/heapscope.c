@@ -375,6 +375,15 @@ static VALUE testing_corrupt_record(VALUE self) {
   return Qnil;
 }
 
+// Testing.hook_allocations -> the allocations the NEWOBJ hook has seen since start (stats' count, read
+// without building the stats Hash, so reading it around a stretch of code allocates one Integer at most).
+static VALUE testing_hook_allocations(VALUE self) {
+  (void)self;
+  capture_stats cs;
+  capture_get_stats(&cs);
+  return ULL2NUM(cs.hook_allocations);
+}
+
 // Testing.tracked_objects -> Array of every object a record points at (for liveness tests); records on
 // a free slot (stale after a GC our hook missed) and hidden objects are left out.
 static VALUE testing_tracked_objects(VALUE self) {
@@ -429,6 +438,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mTesting, "fail_recorder_allocations", testing_fail_recorder_allocations, 1);
   rb_define_singleton_method(mTesting, "corrupt_record", testing_corrupt_record, 0);
   rb_define_singleton_method(mTesting, "tracked_objects", testing_tracked_objects, 0);
+  rb_define_singleton_method(mTesting, "hook_allocations", testing_hook_allocations, 0);
 
   liveness_unsupported = liveness_init();
   capture_init();
