@@ -95,12 +95,18 @@ class TestWindowedAccuracy < Minitest::Test
     runs.each do |r|
       stats = r["stats"]
       assert_equal "windowed", stats["sampling"]
-      # The hook is on for its share of time, so of allocations too, give or take a run's luck: 2x the
-      # share leaves room for a few long windows in a short run (with a share of 0.5, the whole run).
-      assert_operator stats["hook_on_share"], :<=, [2 * SHARE, 1.0].min, "the hook was on for too many allocations: #{stats}"
+      # The hook is on for its share of time, so of allocations too, give or take a run's luck. A short
+      # run on a loaded machine may be a few dozen windows, lengthened up to 50 ms where sync jobs are
+      # dear (schedule.h): Ruby 3.4.11, 96 runs of the alternating workload reached 2.2x the share at
+      # most (0.088; mean 0.029), and CI's old bound of 2x failed runs of a tried design at 2.4x and
+      # 2.5x. So one run may reach 4x; on average the hook must keep to its share.
+      assert_operator stats["hook_on_share"], :<=, [4 * SHARE, 1.0].min, "the hook was on for too many allocations: #{stats}"
       # Every GC had its liveness pass (a deferred registration skips it: docs/architecture.md)
       assert_equal 0, stats["gc_registrations_deferred"], stats.inspect
     end
+    mean_on = runs.sum { |r| r["stats"]["hook_on_share"] } / runs.size
+    puts format("%-9s hook on for %.4f of allocations on average, %.4f at most", name, mean_on, runs.map { |r| r["stats"]["hook_on_share"] }.max) if ENV["HEAPSCOPE_ACCURACY_REPORT"]
+    assert_operator mean_on, :<=, 1.5 * SHARE, "#{name}: the hook was on for #{mean_on} of allocations on average (share #{SHARE})"
     assert_unbiased(name, runs, "allocs", known_bias: allocs_known_bias)
     return if !judge_live || runs.first.dig("truth", "live").empty?
 
@@ -115,11 +121,10 @@ class TestWindowedAccuracy < Minitest::Test
   # its start to its end (bench/accuracy/burst_coverage.rb), so SiteC, the burst's last 100, comes out
   # low and SiteB a little high. Ruby 3.4.11, 144 runs: SiteC -5.6% (z -4.3), SiteB +1.2% (z +3.7); CI
   # once saw SiteC -10.1% in 48 runs (z -4.1). Not the hook's cost charged to virtual time (charging
-  # 0 or 80 ns: -6.6% and -4.7%), nor the overhead budget (off: -6.1%); ending windows in the hook at
-  # the chain's flip, rather than at the late sync job, made it worse (-8.4%, though that try also
-  # read the clock at every hook-on allocation, uncharged). The allowance is the measured bias with
-  # room; four standard errors on top (48 runs: about 10% for SiteC) keep the 4-sigma false-failure
-  # rate, and anything worse still fails.
+  # 0 or 80 ns: -6.6% and -4.7%), nor the overhead budget (off: -6.1%). Ending windows in the hook at
+  # the chain's flip took SiteC to -3.5% (192 runs) but cost more than it gave (docs/architecture.md):
+  # not kept. The allowance is the measured bias with room; four standard errors on top (48 runs:
+  # about 10% for SiteC) keep the 4-sigma false-failure rate, and anything worse still fails.
   def test_bursty_sites
     check("bursty", allocs_known_bias: { "SiteB" => 0.015, "SiteC" => 0.07 })
   end
