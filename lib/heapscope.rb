@@ -10,7 +10,7 @@ rescue LoadError => e
   # say what is missing and how to build it, not only the path Ruby could not open.
   raise LoadError, "heapscope: its C extension (heapscope/heapscope.so) is not built for Ruby #{RUBY_VERSION} " \
                    "(#{e.message}). In a checkout run `bundle exec rake compile`; to install it as a gem, " \
-                   "`gem build heapscope.gemspec && gem install ./heapscope-#{Heapscope::VERSION}.gem` (Bundler does " \
+                   "`gem build heapscope-profiler.gemspec && gem install ./heapscope-profiler-#{Heapscope::VERSION}.gem` (Bundler does " \
                    "not compile `path:` gems). The build needs a C compiler, Ruby's headers and zlib's. See README.md, Install."
 end
 

@@ -20,7 +20,7 @@ class TestMissingExtension < Minitest::Test
       refute status.success?
       assert_includes err, "heapscope: its C extension (heapscope/heapscope.so) is not built for Ruby #{RUBY_VERSION}"
       assert_includes err, "bundle exec rake compile"
-      assert_includes err, "gem build heapscope.gemspec"
+      assert_includes err, "gem build heapscope-profiler.gemspec"
       assert_includes err, "(LoadError)"
     end
   end
