@@ -221,6 +221,42 @@ class TestAutoEnv < Minitest::Test
     end
   end
 
+  # Issue 12, quiet defaults: autostart with no output asked for still leaves a result, one final
+  # profile in ./heapscope-profiles of the directory the process started in (it changes directory
+  # before exit here), announced in one line; HEAPSCOPE_FINAL=0 leaves nothing.
+  def test_with_no_output_set_a_final_profile_goes_to_the_default_directory
+    skip_unless_native
+    Dir.mktmpdir("heapscope-auto") do |dir|
+      script = "KEEP = Array.new(2_000) { |i| \"leak \#{i}\" * 10 }; Dir.chdir('/'); puts :ran"
+      # Sampled densely and always on, so that the kept strings are surely in it (about 400 samples).
+      env = ruby_env("HEAPSCOPE_FINAL" => nil, "HEAPSCOPE_APP_NAME" => "quiet", "HEAPSCOPE_SAMPLING" => "always",
+                     "HEAPSCOPE_SAMPLE_EVERY" => "10")
+      out, err, status = capture(env, script, chdir: dir)
+      assert_equal [true, "ran\n"], [status.success?, out], err
+      real = File.realpath(dir)
+      files = Dir.children(File.join(real, "heapscope-profiles"))
+      assert_equal 1, files.size, files.inspect
+      assert_match(/\Aquiet-\d+-\d{8}T\d{6}\.\d{3}Z-final\.heap\.pb\.gz\z/, files.first)
+      path = File.join(real, "heapscope-profiles", files.first)
+      assert_equal "heapscope: final profile written to #{path}\n", err
+      require "heapscope/pprof"
+      decoded = Heapscope::Pprof.decode(File.binread(path))
+      live = decoded.samples.select { |s| s.labels["class"] == "String" && s.frames.any? { |f| f.file == "-e" && f.line == 1 } }
+      assert_operator live.sum { |s| s.value("inuse_objects") }, :>, 0, "the kept strings are in it"
+      if system("command -v go >/dev/null 2>&1")
+        top, gerr, gstatus = Open3.capture3({ "HOME" => dir, "PPROF_TMPDIR" => dir }, "go", "tool", "pprof", "-top",
+                                            "-lines", "-sample_index=inuse_objects", path)
+        assert gstatus.success?, gerr
+        assert_match(/-e:1\b/, top, "go tool pprof reads the default final profile and names the leak line")
+      end
+
+      FileUtils.rm_rf(File.join(real, "heapscope-profiles"))
+      out, err, status = capture(ruby_env("HEAPSCOPE_FINAL" => "0"), "puts :ran", chdir: dir)
+      assert_equal [true, "ran\n", ""], [status.success?, out, err]
+      refute File.exist?(File.join(real, "heapscope-profiles")), "HEAPSCOPE_FINAL=0: nothing written"
+    end
+  end
+
   def test_port_in_use_keeps_the_app_profiled_without_listener
     skip_unless_native
     blocker = TCPServer.new("127.0.0.1", 0)
@@ -362,7 +398,7 @@ class TestAutoEnv < Minitest::Test
 
   # Runs an app whose periodic writes into dir fail; returns the one line about its final profile.
   def final_failure(dir)
-    env = ruby_env("HEAPSCOPE_DIR" => dir, "HEAPSCOPE_APP_NAME" => "app", "HEAPSCOPE_INTERVAL" => "0.1")
+    env = ruby_env("HEAPSCOPE_DIR" => dir, "HEAPSCOPE_APP_NAME" => "app", "HEAPSCOPE_INTERVAL" => "0.1", "HEAPSCOPE_FINAL" => nil)
     out, err, status = capture(env, "sleep 0.5; puts :ran")
     assert_equal [true, "ran\n"], [status.success?, out], err
     lines = err.lines.map(&:chomp)
@@ -371,8 +407,13 @@ class TestAutoEnv < Minitest::Test
     lines[1]
   end
 
-  def capture(env, script)
+  # Runs script under autostart in a fresh directory (a final profile written by default lands
+  # there, never in the checkout). HEAPSCOPE_FINAL is 0 unless env says otherwise (nil: unset), so
+  # tests about other things see only their own lines.
+  def capture(env, script, chdir: nil)
     require "open3"
-    Timeout.timeout(60) { Open3.capture3(env, RbConfig.ruby, "-e", script) }
+    env = { "HEAPSCOPE_FINAL" => "0" }.merge(env)
+    run = ->(dir) { Timeout.timeout(60) { Open3.capture3(env, RbConfig.ruby, "-e", script, chdir: dir) } }
+    chdir ? run.call(chdir) : Dir.mktmpdir("heapscope-auto") { |dir| run.call(dir) }
   end
 end

@@ -106,7 +106,7 @@ class TestCliRun < Minitest::Test
   def test_command_not_found_is_127
     _, err, code = heapscope("run", "--", "no-such-command-heapscope")
     assert_equal 127, code
-    assert_match(/\Aheapscope run: cannot run "no-such-command-heapscope": No such file or directory/, err)
+    assert_match(/^heapscope run: cannot run "no-such-command-heapscope": No such file or directory/, err)
   end
 
   def test_run_writes_a_final_profile_that_go_tool_pprof_reads
@@ -120,6 +120,10 @@ class TestCliRun < Minitest::Test
     assert final, err
     assert_match(%r{\A#{Regexp.escape(dir)}/leaky_service-\d+-\d{8}T\d{6}\.\d{3}Z-final\.heap\.pb\.gz\z}, final)
     assert_match(/^heapscope: read it with: heapscope top #{Regexp.escape(final)}/, err)
+    # Issue 12: it says at start what it profiles and where it writes, and names the final path once.
+    assert_match(/\Aheapscope run: profiling #{Regexp.escape(RbConfig.ruby)} \S+leaky_service\.rb 1 \(every Ruby process it starts\); final profiles go to #{Regexp.escape(dir)}\n/, err)
+    assert_equal 1, err.scan(/^heapscope: final profile: /).size, err
+    refute_match(/final profile written to/, err, "the child does not print it a second time")
     periodic = Dir.children(dir).reject { |n| n.include?("-final") }
     assert_operator periodic.size, :>=, 2, "--interval 0.2 over a 1 s run writes periodic files: #{Dir.children(dir)}"
 

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "fileutils"
+require "shellwords"
 require "tmpdir"
 require "heapscope/version"
 require "heapscope/env_config"
@@ -12,7 +13,7 @@ module Heapscope
   # command's own status (128+N when a signal N ended it, 127 when it could not be started).
   module CLI
     REPORT_COMMANDS = %w[top flamegraph diff leaks].freeze
-    DEFAULT_DIR = "heapscope-profiles"
+    DEFAULT_DIR = EnvConfig::DEFAULT_DIR
 
     # Flags of `run`: flag => [environment variable, placeholder, help].
     RUN_FLAGS = {
@@ -111,7 +112,10 @@ module Heapscope
           return 1
         end
         begin
-          spawn_and_wait(child_env(flags), command)
+          env = child_env(flags)
+          @err.puts("heapscope run: profiling #{Shellwords.join(command)} (every Ruby process it starts); " \
+                    "final profiles go to #{@dir}")
+          spawn_and_wait(env, command)
         ensure
           FileUtils.rm_rf(private_dir)
         end

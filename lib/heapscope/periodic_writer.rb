@@ -26,9 +26,11 @@ module Heapscope
 
     attr_reader :dir, :interval, :keep, :app_name
 
-    # source: anything answering running? and profile(gc:, type:) (Heapscope by default).
-    # warn:   where warnings go (a callable taking one line).
-    def initialize(dir:, interval: 60, keep: 48, app_name: "ruby", source: nil, warn: nil)
+    # source:   anything answering running? and profile(gc:, type:) (Heapscope by default).
+    # warn:     where warnings go (a callable taking one line).
+    # periodic: false writes no periodic files: start only checks the directory, and only write_now
+    #           and write_final write (autostart's final profile when no output was asked for).
+    def initialize(dir:, interval: 60, keep: 48, app_name: "ruby", source: nil, warn: nil, periodic: true)
       raise ArgumentError, "interval must be a number > 0, got #{interval.inspect}" unless interval.is_a?(Numeric) && interval.positive?
       raise ArgumentError, "keep must be an Integer >= 1, got #{keep.inspect}" unless keep.is_a?(Integer) && keep >= 1
       raise ArgumentError, "app_name must use only A-Z a-z 0-9 _ . -, got #{app_name.inspect}" unless app_name.to_s.match?(/\A[A-Za-z0-9_.\-]+\z/)
@@ -37,6 +39,7 @@ module Heapscope
       @interval = interval
       @keep = keep
       @app_name = app_name.to_s
+      @periodic = periodic
       @source = source || (require "heapscope"; Heapscope)
       @warn = warn || ->(line) { Kernel.warn(line) }
       @warned = {}
@@ -49,8 +52,10 @@ module Heapscope
       Heapscope.internal do
         @stopping = false
         preflight
-        @thread = Thread.new { Heapscope.internal_thread { run } }
-        @thread.name = "heapscope-writer" if @thread.respond_to?(:name=)
+        if @periodic
+          @thread = Thread.new { Heapscope.internal_thread { run } }
+          @thread.name = "heapscope-writer" if @thread.respond_to?(:name=)
+        end
         self
       end
     end
