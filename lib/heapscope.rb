@@ -4,8 +4,21 @@ require_relative "heapscope/version"
 require_relative "heapscope/atomic_write"
 require_relative "heapscope/internal"
 begin
-  require_relative "heapscope/heapscope" # the C extension: Heapscope::Native
+  # The C extension, Heapscope::Native. The prebuilt gem holds one build per Ruby minor
+  # (lib/heapscope/3.4/heapscope.so: rakelib/native_gem.rake); a build from source, one beside this file.
+  prebuilt = "heapscope/#{RUBY_VERSION[/\A\d+\.\d+/]}/heapscope"
+  if File.exist?(File.join(__dir__, "#{prebuilt}.#{RbConfig::CONFIG["DLEXT"]}"))
+    require_relative prebuilt
+  else
+    require_relative "heapscope/heapscope"
+  end
 rescue LoadError => e
+  builds = Dir[File.join(__dir__, "heapscope", "*", "heapscope.#{RbConfig::CONFIG["DLEXT"]}")].map { |path| File.basename(File.dirname(path)) }
+  unless builds.empty?
+    raise LoadError, "heapscope: this prebuilt gem holds its C extension for Ruby #{builds.sort.join(", ")}, not for " \
+                     "#{RUBY_VERSION} (#{e.message}). Install the source gem, which compiles it: `gem install heapscope-profiler " \
+                     "--platform ruby`, or in a Gemfile `gem \"heapscope-profiler\", force_ruby_platform: true`. See README.md, Install."
+  end
   # A checkout used as a Bundler `path:` gem, or a copy of lib/ alone, has no compiled extension:
   # say what is missing and how to build it, not only the path Ruby could not open.
   raise LoadError, "heapscope: its C extension (heapscope/heapscope.so) is not built for Ruby #{RUBY_VERSION} " \
@@ -242,3 +255,6 @@ require_relative "heapscope/rack"
 require_relative "heapscope/http_server"
 require_relative "heapscope/periodic_writer"
 require_relative "heapscope/pyroscope"
+require_relative "heapscope/autostart"
+# Rails loaded first (config/application.rb's order): the Railtie too (lib/heapscope/rails.rb).
+require_relative "heapscope/rails" if defined?(::Rails::Railtie)

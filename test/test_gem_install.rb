@@ -4,6 +4,7 @@ require "minitest/autorun"
 require "fileutils"
 require "open3"
 require "rbconfig"
+require "rubygems/package"
 require "tmpdir"
 
 # The gem as a user gets it, outside the checkout (issue 16: gem install failed on Ruby 3.4 and 4.0;
@@ -98,6 +99,56 @@ class TestGemInstall < Minitest::Test
     assert status.success?, "bundle install failed:\n#{out}"
     so = assert_app_counts_exactly(app, bundled: true)
     assert so.start_with?(@home), "the extension came from the GEM_HOME: #{so}"
+  end
+
+  # README, Install: the prebuilt x86_64-linux gem, installed and used by a Bundler app with no
+  # compiler, make or headers reachable on PATH. CI builds it once for every Ruby it covers (.ci/run)
+  # and passes it in HEAPSCOPE_NATIVE_GEM; otherwise the test builds one that holds this Ruby's
+  # extension (rake native_gem RUBIES=this).
+  def test_the_prebuilt_gem_installs_and_runs_with_no_compiler
+    minor = RUBY_VERSION[/\A\d+\.\d+/]
+    gem = ENV["HEAPSCOPE_NATIVE_GEM"] || build_native_gem
+    contents = Gem::Package.new(gem).contents
+    (ENV.fetch("HEAPSCOPE_NATIVE_GEM_RUBIES", "").split | [minor]).each do |wanted|
+      assert_includes contents, "lib/heapscope/#{wanted}/heapscope.so", "the prebuilt gem's extension for Ruby #{wanted}"
+    end
+    assert_empty Gem::Package.new(gem).spec.extensions, "the prebuilt gem compiles nothing"
+    # PATH: ruby, gem and bundle only.
+    bin = File.join(@dir, "bin")
+    FileUtils.mkdir_p(bin)
+    { "ruby" => RbConfig.ruby, File.basename(RbConfig.ruby) => RbConfig.ruby, "gem" => which(tool("gem")),
+      "bundle" => which(tool("bundle")) }.each { |name, target| FileUtils.ln_sf(target, File.join(bin, name)) }
+    @env["PATH"] = bin
+    _, status = Open3.capture2e(@env, "/bin/sh", "-c", "command -v cc || command -v gcc || command -v clang || command -v make")
+    refute status.success?, "a compiler or make is reachable on the test's PATH"
+    out, status = Open3.capture2e(@env, "gem", "install", "--local", "--no-document", gem, chdir: @dir)
+    assert status.success?, "gem install of the prebuilt gem failed:\n#{out}"
+    app = File.join(@dir, "app")
+    FileUtils.mkdir_p(app)
+    File.write(File.join(app, "Gemfile"), %(source "https://rubygems.org"\ngem "#{NAME}"\n))
+    out, status = Open3.capture2e(@env, "bundle", "install", "--local", chdir: app)
+    assert status.success?, "bundle install failed:\n#{out}"
+    assert_includes File.read(File.join(app, "Gemfile.lock")), "#{NAME} (#{Gem::Package.new(gem).spec.version}-x86_64-linux)"
+    so = assert_app_counts_exactly(app, bundled: true)
+    assert so.start_with?(@home), "the extension came from the GEM_HOME: #{so}"
+    assert so.end_with?("/lib/heapscope/#{minor}/heapscope.so"), "this Ruby's prebuilt extension: #{so}"
+  end
+
+  def build_native_gem
+    out, status = Open3.capture2e({ "NATIVE_GEM_DIR" => @dir, "RUBIES" => "this" }, RbConfig.ruby,
+                                  Gem.bin_path("rake", "rake"), "native_gem", chdir: ROOT)
+    assert status.success?, "rake native_gem failed:\n#{out}"
+    path = out.lines.last.strip
+    assert File.file?(path), "rake native_gem's last line names the gem: #{out}"
+    path
+  end
+
+  # An absolute path for a command name (tool may return a bare name found on PATH).
+  def which(command)
+    return command if command.include?("/")
+
+    found = ENV["PATH"].split(File::PATH_SEPARATOR).map { |dir| File.join(dir, command) }.find { |p| File.executable?(p) }
+    found || flunk("#{command} is not on PATH")
   end
 
   # README, Install: `gem "heapscope-profiler", git: "..."` for unreleased code. The repository holds

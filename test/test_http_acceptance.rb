@@ -26,22 +26,6 @@ class TestHttpAcceptance < Minitest::Test
     File.readlines(path).index { |l| l.include?(marker) } + 1
   end
 
-  # Runs go tool pprof on a URL; returns its output (profiles it saves go to @tmp, not ~/pprof).
-  def pprof_top(url, sample_index)
-    require "open3"
-    out, err, status = Timeout.timeout(60) do
-      Open3.capture3({ "PPROF_TMPDIR" => @tmp, "HOME" => @tmp }, "go", "tool", "pprof", "-top", "-lines",
-                     "-sample_index=#{sample_index}", url)
-    end
-    assert status.success?, "go tool pprof failed: #{err}"
-    out
-  end
-
-  # The first row of the -top table.
-  def top_row(output)
-    output.lines.drop_while { |l| !l.include?("flat%") }[1].to_s
-  end
-
   def start_service(extra_env = {})
     port = free_port
     # Every allocation seen (always mode): these tests are about the surfaces, and a second of a young

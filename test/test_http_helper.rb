@@ -153,6 +153,23 @@ module SurfacesTestHelper
     @children = []
   end
 
+  # Runs `go tool pprof -top -lines` on a URL or file; returns its output (profiles it saves go to
+  # @tmp, not ~/pprof).
+  def pprof_top(url, sample_index)
+    require "open3"
+    out, err, status = Timeout.timeout(60) do
+      Open3.capture3({ "PPROF_TMPDIR" => @tmp, "HOME" => @tmp }, "go", "tool", "pprof", "-top", "-lines",
+                     "-sample_index=#{sample_index}", url)
+    end
+    assert status.success?, "go tool pprof failed: #{err}"
+    out
+  end
+
+  # The first row of a -top table.
+  def top_row(output)
+    output.lines.drop_while { |l| !l.include?("flat%") }[1].to_s
+  end
+
   def ruby_env(extra = {})
     { "RUBYOPT" => "-I#{LIB} -rheapscope/auto", "RUBYLIB" => LIB }.merge(extra)
   end

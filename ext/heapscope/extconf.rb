@@ -44,6 +44,11 @@ have_func("rb_gc_disable_no_rest")
 abort "heapscope: zlib.h is missing (apt-get install zlib1g-dev)" unless have_header("zlib.h")
 abort "heapscope: libz is missing (apt-get install zlib1g-dev)" unless have_library("z", "deflateInit2_", "zlib.h")
 
+# The prebuilt gem's builds (rakelib/native_gem.rake) do not link libruby: Ruby's symbols are resolved
+# from the process that loads the extension, so one build serves a Ruby built with a shared libruby
+# (Debian's) and one linked statically (rbenv's, ruby-build's default).
+$LIBRUBYARG = "" if ENV["HEAPSCOPE_NO_LIBRUBY"] == "1"
+
 # Last, so mkmf's own probe programs (which trip -Wextra) are not compiled with it.
 $CFLAGS << " -Werror" if ENV["HEAPSCOPE_WERROR"] == "1"
 

@@ -28,6 +28,9 @@ module Heapscope
     AtomicWrite.check_directory(dir)
     file, tmp = AtomicWrite.create_temp(dir, File.basename(path))
     begin
+      # Bytes as they are: with Encoding.default_internal set (Rails sets UTF-8) a text-mode file
+      # would transcode a gzipped profile and fail.
+      file.binmode
       file.write(data)
       file.flush
       file.fsync

@@ -21,15 +21,19 @@ module Heapscope
       # Reads env and starts everything it asks for. Returns true when profiling started.
       # Either everything the variables ask for runs, or nothing does: a surface that fails to start
       # for a reason the variables' check did not catch stops whatever had started, so the line
-      # that says "profiling is off" is true.
-      def start(env = ENV, err: $stderr)
+      # that says "profiling is off" is true. names: what to call a variable in error lines when it
+      # came from somewhere else ({"HEAPSCOPE_DIR" => "config.heapscope.dir"}: lib/heapscope/rails.rb).
+      def start(env = ENV, err: $stderr, names: {})
         return false if @started
 
         @started = true
         @err = err
         config, errors = EnvConfig.parse(env)
         unless errors.empty?
-          errors.each { |line| say("#{line}; profiling is off") }
+          errors.each do |line|
+            names.each { |variable, name| line = line.sub(/\Aheapscope: #{variable}(?=[= ])/, "heapscope: #{name}") }
+            say("#{line}; profiling is off")
+          end
           return false
         end
         return false unless config[:enabled]
@@ -49,6 +53,11 @@ module Heapscope
         abandon
         say("heapscope: autostart failed starting #{@stage}: #{e.class}: #{e.message}; profiling is off")
         false
+      end
+
+      # Whether start ran in this process (whatever it decided).
+      def started?
+        @started == true
       end
 
       # Counters of the surfaces (see Heapscope.stats for the recorder's).

@@ -14,6 +14,10 @@ module Heapscope
   module EnvConfig
     INT_MAX = 2**31 - 1
 
+    # Where autostart writes the final profile when no output is set, and where `heapscope run` writes
+    # profiles unless told (relative to the directory the process starts in).
+    DEFAULT_DIR = "heapscope-profiles"
+
     # Every variable read, with a one-line description (used by `heapscope --help` and the docs test).
     VARIABLES = {
       "HEAPSCOPE_ENABLED" => "0 turns autostart off without removing -rheapscope/auto (default 1)",
@@ -26,10 +30,10 @@ module Heapscope
       "HEAPSCOPE_TRACK_SIZES" => "1 measures object sizes (inuse_space), 0 counts objects only (default 1)",
       "HEAPSCOPE_SAMPLING" => "windowed or always: when the allocation hook is on (default windowed; always when HEAPSCOPE_SAMPLE_EVERY is 1)",
       "HEAPSCOPE_WINDOW_SHARE" => "fraction of time the allocation hook is on when windowed, above 0 and at most 1 (default 0.04)",
-      "HEAPSCOPE_DIR" => "write profiles to this directory every HEAPSCOPE_INTERVAL and a final one at exit (unset, with no HEAPSCOPE_HTTP or HEAPSCOPE_PYROSCOPE_URL either: only the final one, in ./heapscope-profiles)",
+      "HEAPSCOPE_DIR" => "write profiles to this directory every HEAPSCOPE_INTERVAL and a final one at exit (unset, with no HEAPSCOPE_HTTP or HEAPSCOPE_PYROSCOPE_URL either: only the final one, in ./#{DEFAULT_DIR})",
       "HEAPSCOPE_INTERVAL" => "seconds between periodic files and Pyroscope pushes, 0.1..86400 (default 60)",
       "HEAPSCOPE_KEEP" => "keep the newest K profile files of the app in HEAPSCOPE_DIR (default 48)",
-      "HEAPSCOPE_FINAL" => "0 skips the final profile at exit (default 1: written to HEAPSCOPE_DIR, or ./heapscope-profiles when no output is set)",
+      "HEAPSCOPE_FINAL" => "0 skips the final profile at exit (default 1: written to HEAPSCOPE_DIR, or ./#{DEFAULT_DIR} when no output is set)",
       "HEAPSCOPE_APP_NAME" => "name used in file names and Pyroscope series (default: the script's name)",
       "HEAPSCOPE_HTTP" => "serve /debug/pprof/ on HOST:PORT (a bare PORT means 127.0.0.1:PORT)",
       "HEAPSCOPE_HTTP_TOKEN" => "require Authorization: Bearer TOKEN; mandatory for a non-loopback HEAPSCOPE_HTTP",
@@ -38,10 +42,6 @@ module Heapscope
       "HEAPSCOPE_PYROSCOPE_LABELS" => "extra series labels for Pyroscope, k=v,k2=v2",
       "HEAPSCOPE_PYROSCOPE_TOKEN" => "sent as Authorization: Bearer TOKEN to Pyroscope (or put user:pass@ in the URL)",
     }.freeze
-
-    # Where autostart writes the final profile when no output is set, and where `heapscope run` writes
-    # profiles unless told (relative to the directory the process starts in).
-    DEFAULT_DIR = "heapscope-profiles"
 
     # Set by `heapscope run` (cli.rb) for the processes it starts: a file where each lists the
     # final profile it wrote (auto.rb). Not a setting for users, so not in VARIABLES.

@@ -14,7 +14,9 @@ module Heapscope
   #   # config.ru, as middleware (everything outside /debug/pprof goes to the app):
   #   use Heapscope::Rack
   #   # or as an app of its own, at any mount point:
-  #   map("/debug/pprof") { run Heapscope::Rack.new }
+  #   map("/debug/pprof") { run Heapscope::Rack.app }
+  #   # in Rails routes (lib/heapscope/rails.rb), behind a constraint the app chooses:
+  #   mount Heapscope::Rack.app, at: "/debug/pprof", constraints: ->(req) { req.local? }
   #
   # Endpoints: /debug/pprof/ (index), /debug/pprof/heap, /debug/pprof/allocs.
   # Query: gc=1 runs a full GC first (at most one forced GC per Rack.gc_interval seconds in the
@@ -109,6 +111,12 @@ module Heapscope
       GC_LIMITER.interval = seconds
     end
 
+    # A standalone app (no next app): for `run` under map, or `mount` in Rails routes. Its index page
+    # links below wherever it is mounted.
+    def self.app(source: nil, gc_limiter: nil)
+      new(nil, source: source, gc_limiter: gc_limiter)
+    end
+
     # app:        the next Rack app (middleware) or nil (a standalone app: other paths are 404).
     # source:     what profiles come from; anything answering running? and profile(gc:, type:).
     # gc_limiter: the GcLimiter for ?gc=1 (default: the process-wide GC_LIMITER).
@@ -131,17 +139,20 @@ module Heapscope
       mounted = @app.nil? && !script_name.empty?
       return @app.call(env) if @app && !ours
 
-      Heapscope.internal { answer(env, ours ? full[PREFIX.length..] : (path_info if mounted)) }
+      # Where this app's index links point: /debug/pprof, or the mount point it was given.
+      base = ours ? PREFIX : script_name
+      Heapscope.internal { answer(env, ours ? full[PREFIX.length..] : (path_info if mounted), base) }
     end
 
     private
 
-    def answer(env, rest)
+    def answer(env, rest, base)
       if rest.nil?
         status, headers, body = text(404, "no such path #{env["PATH_INFO"].to_s.inspect}: heapscope serves #{PREFIX}/, " \
                                           "#{PROFILES.keys.map { |name| "#{PREFIX}/#{name}" }.join(" and ")}\n")
       else
-        status, headers, body = route(env["REQUEST_METHOD"], rest, env["QUERY_STRING"].to_s, inline: env["heapscope.inline"])
+        status, headers, body = route(env["REQUEST_METHOD"], rest, env["QUERY_STRING"].to_s,
+                                      inline: env["heapscope.inline"], base: base)
       end
       headers["x-heapscope-pid"] = Process.pid.to_s
       body = [] if env["REQUEST_METHOD"] == "HEAD"
@@ -150,7 +161,7 @@ module Heapscope
 
     # inline: the standalone listener could not start a thread and serves this request on its event
     # loop, which a delta (seconds=N) would hold for N seconds.
-    def route(method, rest, query, inline: false)
+    def route(method, rest, query, inline: false, base: PREFIX)
       name = rest.delete_prefix("/")
       unless name.empty? || PROFILES.key?(name)
         return text(404, "unknown profile #{name.inspect}: heapscope serves #{PROFILES.keys.join(" and ")}\n")
@@ -160,7 +171,7 @@ module Heapscope
         headers["allow"] = "GET, HEAD"
         return [status, headers, body]
       end
-      return index if name.empty?
+      return index(base) if name.empty?
 
       params = parse_params(query)
       return text(400, "#{params}\n") if params.is_a?(String)
@@ -346,9 +357,12 @@ module Heapscope
       end
     end
 
-    def index
+    HTML_ESCAPES = { "&" => "&amp;", "<" => "&lt;", ">" => "&gt;", '"' => "&quot;", "'" => "&#39;" }.freeze
+
+    def index(base)
+      base = base.gsub(/[&<>"']/, HTML_ESCAPES)
       rows = PROFILES.map do |name, what|
-        "<tr><td><a href=\"#{PREFIX}/#{name}?debug=1\">#{name}</a></td><td>#{what}</td></tr>"
+        "<tr><td><a href=\"#{base}/#{name}?debug=1\">#{name}</a></td><td>#{what}</td></tr>"
       end
       html = <<~HTML
         <!DOCTYPE html>
@@ -360,7 +374,7 @@ module Heapscope
         process; otherwise the profile is served without one); <code>seconds=N</code> (1..#{MAX_SECONDS})
         returns the change over the next N seconds; <code>debug=1</code> returns a text top list.
         Without <code>debug</code> the response is a gzipped pprof profile:
-        <code>go tool pprof http://HOST:PORT#{PREFIX}/heap</code>.</p>
+        <code>go tool pprof http://HOST:PORT#{base}/heap</code>.</p>
         </body></html>
       HTML
       [200, { "content-type" => "text/html; charset=utf-8", "content-length" => html.bytesize.to_s,
