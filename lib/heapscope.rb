@@ -118,7 +118,9 @@ module Heapscope
         GC.start(full_mark: true, immediate_sweep: true) if opts[:gc] && running?
         # Raises Heapscope::Error when not running, saying why (never started, stopped, or disabled by
         # the fail-safe after an internal error).
-        Native._profile(opts[:type] == :allocs, opts[:min_age] || @config&.fetch(:min_age) || 0)
+        # The memory breakdown's raw figures ride in the profile as a comment (memory.rb).
+        Native._profile(opts[:type] == :allocs, opts[:min_age] || @config&.fetch(:min_age) || 0,
+                        "#{Memory.comment(Memory.measure)}\n")
       end
     end
 
@@ -249,11 +251,13 @@ end
 # Pyroscope, fork), the delta and ?debug=1 readers (pprof, report/sampling). The report commands
 # (report/cli and what it loads) are not a running path: they read files, in their own process.
 require_relative "heapscope/fork"
+require_relative "heapscope/memory"
 require_relative "heapscope/pprof"
 require_relative "heapscope/env_config"
 require_relative "heapscope/rack"
 require_relative "heapscope/http_server"
 require_relative "heapscope/periodic_writer"
+require_relative "heapscope/dumps"
 require_relative "heapscope/pyroscope"
 require_relative "heapscope/autostart"
 # Rails loaded first (config/application.rb's order): the Railtie too (lib/heapscope/rails.rb).

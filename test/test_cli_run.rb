@@ -66,6 +66,9 @@ class TestCliRun < Minitest::Test
       ["run", "--interval", "-1", "--", "ruby"] =>
         'heapscope run: --interval "-1" is invalid: must be a number of seconds from 0.1 to 86400',
       ["run", "--keep", "none", "--", "ruby"] => 'heapscope run: --keep "none" is invalid: must be an integer from 1 to 1000000',
+      ["run", "--dump-rss", "lots", "--", "ruby"] =>
+        'heapscope run: --dump-rss "lots" is invalid: must be a positive size like 1.5G, 512M or 800MiB (binary units)',
+      ["run", "--signal", "TERM", "--", "ruby"] => 'heapscope run: --signal "TERM" is invalid: must be one of USR1, USR2, HUP',
       ["run", "--http", "nowhere", "--", "ruby"] =>
         'heapscope run: --http "nowhere" is invalid: must be HOST:PORT, [IPV6]:PORT or PORT',
       ["run", "--http", "0.0.0.0:6060", "--", "ruby"] =>

@@ -259,7 +259,7 @@ class TestHttpServer < Minitest::Test
   end
 
   def test_fork_offset_binds_the_next_free_port
-    base = free_port
+    base = free_port_pair # the child takes base + 1, which must be free too
     server = Heapscope::HttpServer.new(host: "127.0.0.1", port: base, app: Heapscope::Rack.new(source: @source)).start
     @servers << server
     pid, port = fork_child(server)

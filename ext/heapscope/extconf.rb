@@ -41,6 +41,9 @@ have_func("rb_obj_memsize_of")
 # the GC in progress. Ruby 3.1 has no such check and does not export it.
 have_func("rb_gc_disable_no_rest")
 
+# glibc's allocator figures for the memory breakdown (memstats.h); elsewhere the breakdown omits them.
+have_func("mallinfo2", "malloc.h")
+
 abort "heapscope: zlib.h is missing (apt-get install zlib1g-dev)" unless have_header("zlib.h")
 abort "heapscope: libz is missing (apt-get install zlib1g-dev)" unless have_library("z", "deflateInit2_", "zlib.h")
 

@@ -10,6 +10,7 @@
 
 #include "capture.h"
 #include "liveness.h"
+#include "memstats.h"
 #include "pprof.h"
 #include "sampler.h"
 
@@ -214,15 +215,41 @@ static VALUE new_binary_string(VALUE job_ptr) {
   return rb_str_new((const char *)job->gzipped.data, (long)job->gzipped.len);
 }
 
-// Native._profile(allocs, min_age) -> gzipped pprof String
-static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
+// Appends extra (NUL-free text, lines ending in \n) to the comments profile_comments made. Returns
+// the new text, or the old one unchanged when memory runs out (the comment is then left out).
+static char *append_comments(char *text, const char *extra, size_t extra_len) {
+  if (text == NULL || extra_len == 0) return text;
+  size_t len = strlen(text);
+  char *grown = realloc(text, len + extra_len + 1);
+  if (grown == NULL) return text;
+  memcpy(grown + len, extra, extra_len);
+  grown[len + extra_len] = '\0';
+  return grown;
+}
+
+// Native._profile(allocs, min_age, extra_comments) -> gzipped pprof String. extra_comments: nil or a
+// String of more comment lines (the memory breakdown, lib/heapscope/memory.rb), copied in as is.
+static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra_comments) {
   (void)self;
   settle_failure();
   if (!capture_running()) raise_not_running();
+  // Checked before the snapshot, so nothing below raises for it; the bytes are copied before any
+  // allocation could move or free the String.
+  if (!NIL_P(extra_comments)) {
+    Check_Type(extra_comments, T_STRING);
+    if (memchr(RSTRING_PTR(extra_comments), '\0', (size_t)RSTRING_LEN(extra_comments)) != NULL) {
+      rb_raise(rb_eArgError, "heapscope: profile comments must not contain NUL bytes");
+    }
+  }
+  size_t extra_len = NIL_P(extra_comments) ? 0 : (size_t)RSTRING_LEN(extra_comments);
+  char *extra = extra_len ? malloc(extra_len) : NULL;
+  if (extra_len && extra == NULL) rb_raise(rb_eNoMemError, "heapscope: not enough memory for the profile's comments");
+  if (extra_len) memcpy(extra, RSTRING_PTR(extra_comments), extra_len);
   uint32_t age = to_u32(min_age);
   uint64_t gvl_started = monotonic_nanos();
   // Names need Ruby strings, so they are read here, before the snapshot (which allocates none).
   if (!names_resolve(capture_names(), recorder_strings(capture_recorder()))) {
+    free(extra);
     rb_raise(rb_eNoMemError, "heapscope: not enough memory to name frames");
   }
   encode_job job = {0};
@@ -230,9 +257,13 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   recorder_estimate estimate;
   capture_estimate(&estimate);
   job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), RTEST(allocs), age, &estimate);
-  if (job.snapshot == NULL) rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
+  if (job.snapshot == NULL) {
+    free(extra);
+    rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
+  }
   capture_check_invariants();
   if (settle_failure()) {
+    free(extra);
     snapshot_free(job.snapshot);
     raise_not_running();
   }
@@ -240,7 +271,8 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   job.snapshot->period = capture_current_config()->sample_every;
   job.snapshot->time_nanos = (int64_t)now;
   job.snapshot->duration_nanos = (int64_t)(now - started_at_nanos);
-  job.snapshot->comments = profile_comments(age, job.snapshot);
+  job.snapshot->comments = append_comments(profile_comments(age, job.snapshot), extra, extra_len);
+  free(extra);
   uint64_t encode_started = monotonic_nanos();
   last_profile_gvl_nanos = encode_started - gvl_started;
   rb_thread_call_without_gvl(encode_without_gvl, &job, NULL, NULL);
@@ -254,6 +286,31 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age) {
   pb_free(&job.gzipped);
   if (state) rb_jump_tag(state);
   return result;
+}
+
+// Native._malloc_stats -> [arena, mmapped, in_use, free, releasable] bytes (memstats.h), or nil where
+// the allocator is not glibc's.
+typedef struct {
+  memstats_malloc figures;
+  bool ok;
+} malloc_stats_job;
+
+static void *read_malloc_without_gvl(void *arg) {
+  malloc_stats_job *job = arg;
+  job->ok = memstats_read_malloc(&job->figures);
+  return NULL;
+}
+
+// mallinfo2 walks every free list (tens of ms in a fragmented heap: bench/memory_cost.rb), so it runs
+// without the GVL: the application's threads go on meanwhile.
+static VALUE native_malloc_stats(VALUE self) {
+  (void)self;
+  malloc_stats_job job = {0};
+  rb_thread_call_without_gvl(read_malloc_without_gvl, &job, NULL, NULL);
+  if (!job.ok) return Qnil;
+  const memstats_malloc m = job.figures;
+  return rb_ary_new_from_args(5, ULL2NUM(m.arena), ULL2NUM(m.mmapped), ULL2NUM(m.in_use), ULL2NUM(m.free),
+                              ULL2NUM(m.releasable));
 }
 
 // Native._gc_stress_changed(flag): GC.stress was switched (lib/heapscope.rb watches it where needed).
@@ -428,7 +485,8 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mNative, "_running?", native_running_p, 0);
   rb_define_singleton_method(mNative, "_exclude_thread", native_exclude_thread, 1);
   rb_define_singleton_method(mNative, "_include_thread", native_include_thread, 1);
-  rb_define_singleton_method(mNative, "_profile", native_profile, 2);
+  rb_define_singleton_method(mNative, "_profile", native_profile, 3);
+  rb_define_singleton_method(mNative, "_malloc_stats", native_malloc_stats, 0);
   rb_define_singleton_method(mNative, "_stats", native_stats, 0);
   rb_define_singleton_method(mNative, "_reset", native_reset, 0);
 

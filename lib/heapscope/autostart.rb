@@ -16,7 +16,7 @@ module Heapscope
   # configuration mistake must never take an application down.
   module Auto
     class << self
-      attr_reader :config, :writer, :server, :pusher
+      attr_reader :config, :writer, :server, :pusher, :dumps
 
       # Reads env and starts everything it asks for. Returns true when profiling started.
       # Either everything the variables ask for runs, or nothing does: a surface that fails to start
@@ -45,6 +45,8 @@ module Heapscope
         @stage = "the profiler"
         return false unless start_profiler(config[:start])
 
+        Memory.malloc_stats = config[:malloc_stats]
+
         # The profiler runs from here on: what the surfaces allocate on this thread is heapscope's.
         # (lib/heapscope.rb loaded every file they need, so nothing is required now.)
         Heapscope.internal { start_surfaces(config) }
@@ -65,6 +67,7 @@ module Heapscope
         {
           files: @writer&.stats,
           pyroscope: @pusher&.stats,
+          dumps: @dumps&.stats,
           http: @server && { url: @server.url },
         }.compact
       end
@@ -110,6 +113,10 @@ module Heapscope
           @stage = "the Pyroscope pusher (HEAPSCOPE_PYROSCOPE_URL)"
           start_pusher(config)
         end
+        if config[:dumps]
+          @stage = "the dumps (HEAPSCOPE_DUMP_RSS, HEAPSCOPE_SIGNAL)"
+          start_dumps(config)
+        end
         unless config[:dir] || config[:http] || config[:pyroscope] || !config[:final]
           # No output asked for: autostart still leaves a result, the final profile at exit in
           # ./heapscope-profiles (resolved now: the application may change directory), and says where.
@@ -125,6 +132,7 @@ module Heapscope
 
       def finish_surfaces
         @server&.stop
+        @dumps&.stop
         if @writer
           @writer.stop
           write_final if @config[:final]
@@ -165,6 +173,20 @@ module Heapscope
                                      app_name: config[:app_name], warn: ->(line) { say(line) }).start
       end
 
+      def start_dumps(config)
+        options = config[:dumps]
+        dir = config[:dir] || File.expand_path(EnvConfig::DEFAULT_DIR)
+        @dumps = Dumps.new(dir: dir, rss: options[:rss], step: options[:step], signal: options[:signal],
+                           min_interval: options[:min_interval], app_name: config[:app_name],
+                           warn: ->(line) { say(line) }).start
+        whens = []
+        if @dumps.threshold
+          whens << "when RSS reaches #{Dumps.human(@dumps.threshold)} (then at each further #{Dumps.human(@dumps.step)})"
+        end
+        whens << "on SIG#{@dumps.signal} (kill -#{@dumps.signal} #{Process.pid})" if @dumps.signal
+        say("heapscope: a heap profile goes to #{dir} #{whens.join(" and ")}")
+      end
+
       def start_pusher(config)
         py = config[:pyroscope]
         @pusher = Pyroscope.new(url: py[:url], app_name: config[:app_name], labels: py[:labels], token: py[:token],
@@ -199,12 +221,12 @@ module Heapscope
 
       # Stops whatever start had started before it failed.
       def abandon
-        [@server, @writer, @pusher].each do |surface|
+        [@server, @writer, @pusher, @dumps].each do |surface|
           surface&.stop
         rescue StandardError
           nil
         end
-        @server = @writer = @pusher = nil
+        @server = @writer = @pusher = @dumps = nil
         Heapscope.stop if @owns_profiler && defined?(Heapscope.stop)
         @owns_profiler = false
         @config = nil
@@ -222,6 +244,7 @@ module Heapscope
         end
         @writer&.after_fork
         @pusher&.after_fork
+        @dumps&.after_fork
       end
 
       def say(line)

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "ipaddr"
+require_relative "dumps"
 
 module Heapscope
   # EnvConfig turns HEAPSCOPE_* environment variables into the settings of every no-code surface
@@ -35,6 +36,11 @@ module Heapscope
       "HEAPSCOPE_KEEP" => "keep the newest K profile files of the app in HEAPSCOPE_DIR (default 48)",
       "HEAPSCOPE_FINAL" => "0 skips the final profile at exit (default 1: written to HEAPSCOPE_DIR, or ./#{DEFAULT_DIR} when no output is set)",
       "HEAPSCOPE_APP_NAME" => "name used in file names and Pyroscope series (default: the script's name)",
+      "HEAPSCOPE_DUMP_RSS" => "write a heap profile (without a GC) when RSS first reaches this size, e.g. 1.5G or 800M, and again at each further HEAPSCOPE_DUMP_RSS_STEP; to HEAPSCOPE_DIR, else ./#{DEFAULT_DIR}",
+      "HEAPSCOPE_DUMP_RSS_STEP" => "further RSS growth that writes another profile (default: a tenth of HEAPSCOPE_DUMP_RSS)",
+      "HEAPSCOPE_DUMP_INTERVAL" => "least seconds between two RSS profiles, 0..86400 (default 60)",
+      "HEAPSCOPE_SIGNAL" => "USR1, USR2 or HUP: write a heap profile (after a full GC) each time the process receives it; to HEAPSCOPE_DIR, else ./#{DEFAULT_DIR}",
+      "HEAPSCOPE_MALLOC_STATS" => "0 leaves glibc's malloc figures out of each profile's memory breakdown (reading them walks malloc's free lists: 14-65 ms in a fragmented heap; default 1)",
       "HEAPSCOPE_HTTP" => "serve /debug/pprof/ on HOST:PORT (a bare PORT means 127.0.0.1:PORT)",
       "HEAPSCOPE_HTTP_TOKEN" => "require Authorization: Bearer TOKEN; mandatory for a non-loopback HEAPSCOPE_HTTP",
       "HEAPSCOPE_HTTP_FORK" => "listener in forked children: offset (first free port above), same, or off (default offset)",
@@ -73,6 +79,8 @@ module Heapscope
           final: p.boolean("HEAPSCOPE_FINAL", true),
           http: p.http,
           pyroscope: p.pyroscope,
+          dumps: p.dumps,
+          malloc_stats: p.boolean("HEAPSCOPE_MALLOC_STATS", true),
         }
         {
           sample_every: ["HEAPSCOPE_SAMPLE_EVERY", 1, INT_MAX],
@@ -250,6 +258,35 @@ module Heapscope
         end
 
         { host: host, port: port, token: token, fork: mode.to_sym }
+      end
+
+      # HEAPSCOPE_DUMP_RSS, _STEP, _INTERVAL and HEAPSCOPE_SIGNAL -> options for Dumps.new, or nil.
+      def dumps
+        rss = size("HEAPSCOPE_DUMP_RSS")
+        step = size("HEAPSCOPE_DUMP_RSS_STEP")
+        interval = number("HEAPSCOPE_DUMP_INTERVAL", 60.0, 0, 86_400)
+        signal = string("HEAPSCOPE_SIGNAL")
+        if signal
+          begin
+            signal = Dumps.signal_name(signal)
+          rescue ArgumentError
+            signal = bad("HEAPSCOPE_SIGNAL", "must be one of #{Dumps::SIGNALS.join(", ")}")
+          end
+        end
+        bad("HEAPSCOPE_DUMP_RSS_STEP", "needs HEAPSCOPE_DUMP_RSS") if step && !rss && !string("HEAPSCOPE_DUMP_RSS")
+        return nil unless rss || signal
+
+        { rss: rss, step: step, signal: signal, min_interval: interval }
+      end
+
+      # A size like 1.5G, 800M, 800MiB or a number of bytes; nil when unset or bad (then a problem).
+      def size(name)
+        text = string(name)
+        return nil if text.nil?
+
+        Dumps.parse_size(text, name)
+      rescue ArgumentError
+        bad(name, "must be a positive size like 1.5G, 512M or 800MiB (binary units)")
       end
 
       def pyroscope

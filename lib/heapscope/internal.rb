@@ -114,5 +114,13 @@ module Heapscope
     def internal_thread(&block)
       InternalThreads.internal_thread(&block)
     end
+
+    # Starts a heapscope thread named name (as `ps -T` and Thread#name show it) whose body is the
+    # block, excluded from sampling for its whole life. Returns the Thread.
+    def start_internal_thread(name, &block)
+      thread = Thread.new { InternalThreads.internal_thread(&block) }
+      thread.name = name if thread.respond_to?(:name=)
+      thread
+    end
   end
 end

@@ -53,8 +53,7 @@ module Heapscope
         @stopping = false
         preflight
         if @periodic
-          @thread = Thread.new { Heapscope.internal_thread { run } }
-          @thread.name = "heapscope-writer" if @thread.respond_to?(:name=)
+          @thread = Heapscope.start_internal_thread("heapscope-writer") { run }
         end
         self
       end

@@ -6,6 +6,7 @@ require "heapscope/internal"
 require "heapscope/pprof"
 require "heapscope/report/sampling"
 require "heapscope/report/sites"
+require "heapscope/memory"
 
 module Heapscope
   # Heapscope::Rack serves profiles over HTTP with Go's net/http/pprof conventions, so
@@ -38,6 +39,7 @@ module Heapscope
     PROFILES = {
       "heap" => "live objects by allocation site: inuse_space/inuse_objects (and alloc_* since start)",
       "allocs" => "the same profile with alloc_space as the default sample type: all sampled allocations",
+      "memstats" => "where RSS went, as JSON: Ruby object heap, malloc, the profiled objects, the unexplained rest",
     }.freeze
 
     # One delta profile at a time for the whole process (each one holds a request for N seconds).
@@ -149,7 +151,7 @@ module Heapscope
     def answer(env, rest, base)
       if rest.nil?
         status, headers, body = text(404, "no such path #{env["PATH_INFO"].to_s.inspect}: heapscope serves #{PREFIX}/, " \
-                                          "#{PROFILES.keys.map { |name| "#{PREFIX}/#{name}" }.join(" and ")}\n")
+                                          "#{listing(PROFILES.keys.map { |name| "#{PREFIX}/#{name}" })}\n")
       else
         status, headers, body = route(env["REQUEST_METHOD"], rest, env["QUERY_STRING"].to_s,
                                       inline: env["heapscope.inline"], base: base)
@@ -164,7 +166,7 @@ module Heapscope
     def route(method, rest, query, inline: false, base: PREFIX)
       name = rest.delete_prefix("/")
       unless name.empty? || PROFILES.key?(name)
-        return text(404, "unknown profile #{name.inspect}: heapscope serves #{PROFILES.keys.join(" and ")}\n")
+        return text(404, "unknown profile #{name.inspect}: heapscope serves #{listing(PROFILES.keys)}\n")
       end
       unless %w[GET HEAD].include?(method)
         status, headers, body = text(405, "method #{method} not allowed: use GET\n")
@@ -175,6 +177,7 @@ module Heapscope
 
       params = parse_params(query)
       return text(400, "#{params}\n") if params.is_a?(String)
+      return memstats(params) if name == "memstats"
       return not_running unless @source.running?
 
       type = name.to_sym
@@ -294,6 +297,8 @@ module Heapscope
 
         diff = DeltaVariance.subtract(by_site(Heapscope::Pprof.decode(newer)), by_site(Heapscope::Pprof.decode(older)))
         diff.duration_nanos = params[:seconds] * 1_000_000_000
+        # The memory figures are a moment's, not a change: readers would set them beside the delta's total.
+        diff.comments.reject! { |c| c.start_with?(Heapscope::Memory::COMMENT) }
         diff.comments << "heapscope delta profile: #{type} change over #{params[:seconds]}s (negative values: fewer live objects)"
         diff.comments << DeltaVariance::COMMENT if Report::Sampling.variance_labels(diff)
         status, headers, body = binary("#{type}-delta-#{params[:seconds]}s.pb.gz", diff.to_pprof(gzip: true))
@@ -381,6 +386,38 @@ module Heapscope
               "cache-control" => "no-store" }, [html]]
     end
 
+    # /debug/pprof/memstats: the memory breakdown (memory.rb) as JSON. While the profiler runs, a
+    # heap profile is taken (after a GC with gc=1, rate-limited as for /heap) for the profiled objects'
+    # bytes; otherwise those are null and the rest is still measured.
+    def memstats(params)
+      return text(400, "memstats takes no seconds= (it is a snapshot)\n") if params[:seconds]
+
+      parts = nil
+      gc_note = nil
+      if @source.running?
+        bytes = with_gc(params[:gc]) do |forced, note|
+          gc_note = note
+          @source.profile(gc: forced, type: :heap)
+        end
+        # The profile's own figures when it has them (heapscope's do), so all of them are one moment's.
+        prof = Heapscope::Pprof.decode(bytes)
+        parts = Heapscope::Memory.of_profile(prof) || Heapscope::Memory.breakdown(
+          Heapscope::Memory.measure, profiled: prof.samples.sum { |s| s.value("inuse_space").to_i },
+                                     profiled_objects: prof.samples.sum { |s| s.value("inuse_objects").to_i }
+        )
+      end
+      parts ||= Heapscope::Memory.breakdown(Heapscope::Memory.measure)
+      body = Heapscope::Memory.to_json(parts, pid: Process.pid)
+      headers = { "content-type" => "application/json", "content-length" => body.bytesize.to_s, "cache-control" => "no-store" }
+      headers["x-heapscope-gc"] = gc_note if gc_note
+      [200, headers, [body]]
+    end
+
+    # "a, b and c"
+    def listing(names)
+      names.size > 1 ? "#{names[0..-2].join(", ")} and #{names[-1]}" : names.join
+    end
+
     def not_running(reason = nil)
       text(503, "#{reason || "heapscope is not running: start it with Heapscope.start or RUBYOPT=-rheapscope/auto"}\n")
     end
@@ -437,6 +474,9 @@ module Heapscope
         out << "# #{kind}_space #{human(total_space)} in #{total_count} #{kind}_objects (estimates scaled from samples)\n"
         out << "# sampling: #{sampling.describe}; error: standard error of #{kind}_space\n"
         out << "# #{note}\n" if note
+        if (parts = Heapscope::Memory.of_profile(prof))
+          Heapscope::Memory.report_lines(parts, size: ->(b) { human(b) }).each { |line| out << "# #{line}\n" }
+        end
         prof.comments.each { |c| out << "# #{c}\n" }
         surfaces.each { |line| out << "# #{line}\n" }
         out << format("%12s %7s %7s %12s  %-24s %s\n", "#{kind}_space", "error", "%", "objects", "class", "allocation site")

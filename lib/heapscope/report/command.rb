@@ -6,6 +6,7 @@ require "heapscope/report/units"
 require "heapscope/report/sampling"
 require "heapscope/report/sites"
 require "heapscope/report/escape"
+require "heapscope/memory"
 
 module Heapscope
   module Report

@@ -74,8 +74,14 @@ module Heapscope
         {
           "file" => path, "sample_type" => name, "unit" => unit, "by" => by, "sort" => sort.to_s,
           "total" => total, "sampling" => sampling.describe, "sample_every" => sampling.sample_every,
-          "entries_total" => entries.size, "hidden_zero" => hidden, "entries" => rows,
+          "memory" => memory(prof), "entries_total" => entries.size, "hidden_zero" => hidden, "entries" => rows,
         }
+      end
+
+      # The memory breakdown (Heapscope::Memory) of the profile's process when it was taken, with the
+      # profile's inuse totals as the profiled objects; nil for a profile without one.
+      def self.memory(prof)
+        Memory.of_profile(prof)&.transform_keys(&:to_s)
       end
 
       # Renders report's Hash as the text table.
@@ -88,6 +94,9 @@ module Heapscope
         lines << "Total: #{Units.format(data["total"], unit)}; showing #{data["entries"].size} of " \
                  "#{data["entries_total"]} sites#{hidden.positive? ? ", #{hidden} more at zero hidden (--all lists them)" : ""} " \
                  "(error: sampling error of the #{data["sort"]} value)"
+        if data["memory"]
+          lines.concat(Memory.report_lines(data["memory"].transform_keys(&:to_sym), size: ->(bytes) { Units.bytes(bytes) }))
+        end
         rows = [%w[flat flat% sum% cum cum% error site]]
         data["entries"].each do |e|
           rows << [Units.format(e["flat"], unit), fmt_pct(e["flat_percent"]), fmt_pct(e["sum_percent"]),

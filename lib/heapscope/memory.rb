@@ -1,0 +1,164 @@
+# frozen_string_literal: true
+
+module Heapscope
+  # Memory: where the process's resident memory went, beside every heap profile. A profile says
+  # which lines allocated the Ruby objects still alive; this says how much of RSS those objects are,
+  # and how much is elsewhere (free heap slots, malloc's fragmentation, C libraries' own memory).
+  #
+  #   m = Heapscope::Memory.measure             # raw figures, a Hash of Integers (nil: unknown here)
+  #   Heapscope::Memory.breakdown(m, profiled: 12_345_678, profiled_objects: 90_000)   # what a reader wants
+  #
+  # Every profile carries one comment line `heapscope memory: rss=... heap_pages=...` with the raw
+  # figures (Heapscope.profile adds it); readers (heapscope top, ?debug=1, /debug/pprof/memstats) add
+  # the profile's own inuse totals and derive the rest (of_profile). docs/reading-profiles.md explains each line.
+  module Memory
+    COMMENT = "heapscope memory:"
+    COMMENT_PATTERN = /\Aheapscope memory: (.*)\z/.freeze
+    # The raw figures, in bytes unless named *_slots or *_pages.
+    FIELDS = %i[rss rss_anon rss_file rss_shmem heap_pages heap_page_size slot_size heap_live_slots heap_free_slots
+                malloc_arena malloc_mmapped malloc_in_use malloc_free malloc_releasable
+                ruby_malloc_increase ruby_malloc_limit ruby_oldmalloc_increase].freeze
+    STATUS_FIELDS = { "VmRSS" => :rss, "RssAnon" => :rss_anon, "RssFile" => :rss_file, "RssShmem" => :rss_shmem }.freeze
+    MALLOC_FIELDS = %i[malloc_arena malloc_mmapped malloc_in_use malloc_free malloc_releasable].freeze
+
+    @malloc_stats = true
+
+    class << self
+      # Whether measure asks glibc for its figures (mallinfo2). It walks every free list, holding
+      # each arena's lock in turn: 14 ms with 30 MiB free in 500k small chunks, 65 ms with 122 MiB in
+      # 2M (bench/memory_cost.rb), during which threads that malloc from a locked arena wait. It runs
+      # without the GVL. false (HEAPSCOPE_MALLOC_STATS=0) leaves the malloc figures unknown.
+      attr_accessor :malloc_stats
+
+      # The raw figures now. Linux's /proc/self/status gives RSS (nil elsewhere); GC.stat the Ruby
+      # heap; glibc's mallinfo2 the allocator (nil elsewhere). Cheap: no heap walk.
+      def measure
+        figures = FIELDS.to_h { |name| [name, nil] }
+        figures.merge!(resident)
+        stat = GC.stat
+        figures[:heap_pages] = stat[:heap_allocated_pages]
+        figures[:heap_page_size] = GC::INTERNAL_CONSTANTS[:HEAP_PAGE_SIZE]
+        # The smallest slot (3.2+ also have larger ones, for embedded contents).
+        figures[:slot_size] = GC::INTERNAL_CONSTANTS[:BASE_SLOT_SIZE] || GC::INTERNAL_CONSTANTS[:RVALUE_SIZE]
+        figures[:heap_live_slots] = stat[:heap_live_slots]
+        figures[:heap_free_slots] = stat[:heap_free_slots]
+        figures[:ruby_malloc_increase] = stat[:malloc_increase_bytes]
+        figures[:ruby_malloc_limit] = stat[:malloc_increase_bytes_limit]
+        figures[:ruby_oldmalloc_increase] = stat[:oldmalloc_increase_bytes]
+        malloc = @malloc_stats && defined?(Native._malloc_stats) ? Native._malloc_stats : nil
+        MALLOC_FIELDS.zip(malloc).each { |name, value| figures[name] = value } if malloc
+        figures
+      end
+
+      # The profile comment line for figures (unknown ones left out).
+      def comment(figures)
+        "#{COMMENT} #{FIELDS.filter_map { |name| "#{name}=#{figures[name]}" if figures[name] }.join(" ")}"
+      end
+
+      # The figures of a profile's comment line, or nil when it has none (an older heapscope's, a delta).
+      def from_comments(comments)
+        line = comments.find { |c| c.start_with?(COMMENT) }
+        return nil unless line && (m = COMMENT_PATTERN.match(line))
+
+        figures = FIELDS.to_h { |name| [name, nil] }
+        m[1].split.each do |pair|
+          key, value = pair.split("=", 2)
+          name = FIELDS.find { |f| f.to_s == key }
+          figures[name] = Integer(value, 10) if name && value&.match?(/\A\d+\z/)
+        end
+        figures
+      end
+
+      # What the figures mean together. profiled: the profile's inuse_space total (bytes of the
+      # sampled live objects, estimated); profiled_objects: its inuse_objects total. Returns a Hash of
+      # bytes (nil where a figure is unknown):
+      #   rss, rss_anon, rss_file    resident memory, anonymous (heap, stacks) and file-backed (code, mmaps)
+      #   ruby_heap                  the Ruby object heap's pages
+      #   malloc_held, malloc_in_use, malloc_free   glibc's allocator: held from the system, handed out, free inside
+      #   profiled                   the profile's live objects (slots and their malloc'd memory)
+      #   profiled_malloc            of that, the bytes beyond their slots: malloc'd, so inside malloc_in_use
+      #   unexplained                rss_anon - ruby_heap - profiled_malloc - malloc_free: what no Ruby
+      #                              object in the profile accounts for, split (glibc only) into
+      #   unexplained_in_malloc      malloc_in_use - profiled_malloc: C extensions' and libraries' malloc,
+      #                              objects younger than min_age and the VM's own, malloc's chunk overhead
+      #   unexplained_outside_malloc rss_anon - ruby_heap - malloc_held: thread stacks, other mmaps and allocators
+      def breakdown(figures, profiled: nil, profiled_objects: nil)
+        ruby_heap = figures[:heap_pages] && figures[:heap_page_size] && figures[:heap_pages] * figures[:heap_page_size]
+        held = figures[:malloc_arena] && figures[:malloc_mmapped] && figures[:malloc_arena] + figures[:malloc_mmapped]
+        slots = profiled_objects && figures[:slot_size] && profiled_objects * figures[:slot_size]
+        profiled_malloc = profiled && slots && [profiled - slots, 0].max
+        unexplained = figures[:rss_anon] && ruby_heap && profiled_malloc &&
+                      figures[:rss_anon] - ruby_heap - profiled_malloc - (figures[:malloc_free] || 0)
+        in_malloc = figures[:malloc_in_use] && profiled_malloc && figures[:malloc_in_use] - profiled_malloc
+        outside_malloc = figures[:rss_anon] && ruby_heap && held && figures[:rss_anon] - ruby_heap - held
+        {
+          rss: figures[:rss], rss_anon: figures[:rss_anon], rss_file: figures[:rss_file], ruby_heap: ruby_heap,
+          heap_live_slots: figures[:heap_live_slots], heap_free_slots: figures[:heap_free_slots],
+          malloc_held: held, malloc_in_use: figures[:malloc_in_use], malloc_free: figures[:malloc_free],
+          ruby_malloc_increase: figures[:ruby_malloc_increase], profiled: profiled, profiled_malloc: profiled_malloc,
+          unexplained: unexplained, unexplained_in_malloc: in_malloc, unexplained_outside_malloc: outside_malloc
+        }
+      end
+
+      # The breakdown of a decoded profile (Heapscope::Pprof::Profile) from its own memory comment and
+      # inuse totals, or nil when it carries no memory comment.
+      def of_profile(prof)
+        figures = from_comments(prof.comments)
+        return nil unless figures
+
+        space = prof.sample_index("inuse_space")
+        objects = prof.sample_index("inuse_objects")
+        breakdown(figures, profiled: space && prof.samples.sum { |s| s.values[space] },
+                           profiled_objects: objects && prof.samples.sum { |s| s.values[objects] })
+      end
+
+      # The breakdown as text lines (heapscope top, ?debug=1). size: a callable formatting bytes.
+      def report_lines(parts, size:)
+        fmt = ->(bytes) { bytes.nil? ? "unknown" : (bytes.negative? ? "-#{size.call(-bytes)}" : size.call(bytes)) }
+        lines = []
+        lines << "memory: RSS #{fmt.call(parts[:rss])} (anonymous #{fmt.call(parts[:rss_anon])}, file-backed " \
+                 "#{fmt.call(parts[:rss_file])}: code and mapped files)"
+        lines << "  Ruby object heap  #{fmt.call(parts[:ruby_heap])} (slots: #{parts[:heap_live_slots]} live, " \
+                 "#{parts[:heap_free_slots]} free)"
+        lines << "  profiled objects  #{fmt.call(parts[:profiled])} (this profile's inuse_space, estimated; " \
+                 "#{fmt.call(parts[:profiled_malloc])} of it malloc'd beyond their slots)"
+        if parts[:malloc_held]
+          lines << "  malloc (glibc)    #{fmt.call(parts[:malloc_held])} held: #{fmt.call(parts[:malloc_in_use])} in use, " \
+                   "#{fmt.call(parts[:malloc_free])} free inside (fragmentation)"
+        else
+          lines << "  malloc            unknown (not glibc's allocator, or HEAPSCOPE_MALLOC_STATS=0)"
+        end
+        lines << "  unexplained       #{fmt.call(parts[:unexplained])} (anonymous RSS - object heap - profiled " \
+                 "objects' malloc'd bytes - malloc's free bytes)"
+        if parts[:unexplained_in_malloc]
+          lines << "    in malloc       #{fmt.call(parts[:unexplained_in_malloc])} (C extensions' and libraries' " \
+                   "malloc, young and VM-internal objects, malloc's chunk overhead)"
+        end
+        if parts[:unexplained_outside_malloc]
+          lines << "    outside malloc  #{fmt.call(parts[:unexplained_outside_malloc])} (thread stacks, other mmaps, " \
+                   "other allocators)"
+        end
+        lines
+      end
+
+      # The breakdown as a JSON object (no json library: numbers and null only).
+      def to_json(parts, extra = {})
+        fields = extra.merge(parts).map { |key, value| "\"#{key}\":#{value.nil? ? "null" : Integer(value)}" }
+        "{#{fields.join(",")}}\n"
+      end
+
+      private
+
+      def resident
+        text = File.read("/proc/self/status")
+        text.each_line.with_object({}) do |line, out|
+          key, rest = line.split(":", 2)
+          name = STATUS_FIELDS[key]
+          out[name] = Integer(rest[/\d+/], 10) * 1024 if name && rest&.match?(/\d+ kB/)
+        end
+      rescue SystemCallError, IOError
+        {}
+      end
+    end
+  end
+end
