@@ -94,8 +94,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case 6: run("GC.start"); break;
       case 7: run("GC.compact"); break;
       case 8: {
-        VALUE profile = run("Heapscope::Native._running? ? Heapscope::Native._profile(%s, %u) : \"\\x1f\\x8b\"",
-                            fz_below(&in, 2) ? "true" : "false", fz_below(&in, 3));
+        // The third argument: no extra comments, or lines (the memory breakdown's, lib/heapscope/memory.rb).
+        VALUE profile = run("Heapscope::Native._running? ? Heapscope::Native._profile(%s, %u, %s) : \"\\x1f\\x8b\"",
+                            fz_below(&in, 2) ? "true" : "false", fz_below(&in, 3),
+                            fz_below(&in, 2) ? "nil" : "\"heapscope memory: rss=1\\nmore\\n\"");
         if (!RB_TYPE_P(profile, T_STRING) || RSTRING_LEN(profile) < 2 || (uint8_t)RSTRING_PTR(profile)[0] != 0x1f) {
           fprintf(stderr, "fuzz_lifecycle: a profile that is not gzip\n");
           abort();

@@ -143,6 +143,33 @@ class TestMemory < Minitest::Test
     Signal.trap("USR1", previous || "DEFAULT")
   end
 
+  # Someone who traps the signal after heapscope did keeps it when heapscope stops.
+  def test_stop_leaves_a_later_handler_in_place
+    previous = Signal.trap("USR2", "DEFAULT")
+    dumps = Heapscope::Dumps.new(dir: @tmp, signal: "USR2", source: FakeSource.new).start
+    later = proc {}
+    Signal.trap("USR2", later)
+    dumps.stop
+    assert_same later, Signal.trap("USR2", "DEFAULT")
+    # And with nobody after it, stop gives the signal back to the handler it found.
+    Signal.trap("USR2", "IGNORE")
+    Heapscope::Dumps.new(dir: @tmp, signal: "USR2", source: FakeSource.new).start.stop
+    assert_equal "IGNORE", Signal.trap("USR2", "DEFAULT")
+  ensure
+    Signal.trap("USR2", previous || "DEFAULT")
+  end
+
+  def test_an_unsafe_directory_is_reported_at_start
+    unsafe = File.join(@tmp, "shared")
+    Dir.mkdir(unsafe)
+    File.chmod(0o777, unsafe) # every user may write, no sticky bit
+    lines = []
+    dumps = Heapscope::Dumps.new(dir: unsafe, signal: "USR1", source: FakeSource.new, warn: ->(l) { lines << l }).start
+    dumps.stop
+    assert_equal 1, lines.size, lines.inspect
+    assert_match(/\Aheapscope: dump to #{Regexp.escape(unsafe)} failed: Heapscope::UnsafeDirectoryError: refusing to write into/, lines.first)
+  end
+
   def test_a_signal_the_application_exits_on_is_refused
     previous = Signal.trap("HUP", "EXIT")
     error = assert_raises(ArgumentError) { Heapscope::Dumps.new(dir: @tmp, signal: "HUP", source: FakeSource.new).start }
@@ -307,6 +334,7 @@ class TestMemory < Minitest::Test
       [{ "HEAPSCOPE_DUMP_RSS" => "lots" }, "heapscope: HEAPSCOPE_DUMP_RSS=\"lots\" is invalid: must be a positive size like 1.5G, 512M or 800MiB (binary units); profiling is off"],
       [{ "HEAPSCOPE_SIGNAL" => "KILL" }, "heapscope: HEAPSCOPE_SIGNAL=\"KILL\" is invalid: must be one of USR1, USR2, HUP; profiling is off"],
       [{ "HEAPSCOPE_DUMP_RSS_STEP" => "1G" }, "heapscope: HEAPSCOPE_DUMP_RSS_STEP=\"1G\" is invalid: needs HEAPSCOPE_DUMP_RSS; profiling is off"],
+      [{ "HEAPSCOPE_DUMP_INTERVAL" => "5" }, "heapscope: HEAPSCOPE_DUMP_INTERVAL=\"5\" is invalid: needs HEAPSCOPE_DUMP_RSS; profiling is off"],
       [{ "HEAPSCOPE_DUMP_RSS" => "1G", "HEAPSCOPE_DUMP_INTERVAL" => "-5" }, "heapscope: HEAPSCOPE_DUMP_INTERVAL=\"-5\" is invalid: must be a number of seconds from 0 to 86400; profiling is off"],
     ].each do |vars, line|
       out, err, status = Open3.capture3(ruby_env(vars.merge("HEAPSCOPE_FINAL" => "0")), RbConfig.ruby, "-e",

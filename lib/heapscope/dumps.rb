@@ -70,6 +70,7 @@ module Heapscope
       @app_name = app_name.to_s
       @source = source || (require "heapscope"; Heapscope)
       @warn = warn || ->(line) { Kernel.warn(line) }
+      @own_rss_reader = !rss_reader.nil?
       @rss_reader = rss_reader || -> { Dumps.rss }
       @warned = {}
       @counts = Hash.new(0)
@@ -108,6 +109,7 @@ module Heapscope
         @next_level = @threshold
         @last_rss_dump = nil
         @wake_r, @wake_w = IO.pipe
+        preflight
         install_trap if @signal
         @thread = Heapscope.start_internal_thread("heapscope-dumps") { run }
         self
@@ -152,8 +154,9 @@ module Heapscope
 
     private
 
+    # A new handler, remembered as ours (stop gives the signal back only while it is still ours).
     def trap_handler
-      lambda do |signo|
+      @handler = lambda do |signo|
         @signal_pending = true
         wake
         @previous.call(signo) if @previous.respond_to?(:call)
@@ -169,13 +172,26 @@ module Heapscope
       raise ArgumentError, "the application exits on SIG#{@signal} (its handler is \"EXIT\"); choose another signal"
     end
 
+    # Gives the signal back to the handler it had, unless someone trapped it after heapscope did
+    # (then theirs stays).
     def restore_trap
       return unless @signal && defined?(@previous)
 
-      Signal.trap(@signal, @previous.nil? ? "DEFAULT" : @previous)
+      current = Signal.trap(@signal, @previous.nil? ? "DEFAULT" : @previous)
+      Signal.trap(@signal, current) unless current.equal?(@handler)
       remove_instance_variable(:@previous)
     rescue ArgumentError
       nil
+    end
+
+    # An unsafe directory is reported at start, not at the first dump (which may come weeks later).
+    def preflight
+      if @threshold && !@own_rss_reader && Dumps.rss.nil?
+        @warn.call("heapscope: RSS cannot be read here (no /proc/self/status): no profile will be written for RSS")
+      end
+      Heapscope::AtomicWrite.check_directory(@dir) if File.directory?(@dir)
+    rescue StandardError => e
+      warn_once(e)
     end
 
     # One byte into the pipe: the only thing done in trap context. A full pipe already holds a wake-up.

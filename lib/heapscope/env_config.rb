@@ -273,7 +273,10 @@ module Heapscope
             signal = bad("HEAPSCOPE_SIGNAL", "must be one of #{Dumps::SIGNALS.join(", ")}")
           end
         end
-        bad("HEAPSCOPE_DUMP_RSS_STEP", "needs HEAPSCOPE_DUMP_RSS") if step && !rss && !string("HEAPSCOPE_DUMP_RSS")
+        unless rss || string("HEAPSCOPE_DUMP_RSS")
+          bad("HEAPSCOPE_DUMP_RSS_STEP", "needs HEAPSCOPE_DUMP_RSS") if step
+          bad("HEAPSCOPE_DUMP_INTERVAL", "needs HEAPSCOPE_DUMP_RSS") if string("HEAPSCOPE_DUMP_INTERVAL") && interval
+        end
         return nil unless rss || signal
 
         { rss: rss, step: step, signal: signal, min_interval: interval }

@@ -24,9 +24,10 @@ module Heapscope
     SETTINGS = EnvConfig::VARIABLES.keys.to_h { |name| [name.delete_prefix(PREFIX).downcase.to_sym, name] }.freeze
 
     # Processes that serve requests or run jobs, by a constant their entry point loads: `rails
-    # server`, Puma (also under rackup), Unicorn, Pitchfork, Passenger, Falcon, Thin, Sidekiq.
+    # server`, Puma (also under rackup), Unicorn, Pitchfork, Passenger, Falcon, Thin; Sidekiq, Solid
+    # Queue's `bin/jobs`, GoodJob's CLI.
     SERVER_CONSTANTS = %w[Rails::Server Puma::Launcher Unicorn::HttpServer Pitchfork::HttpServer PhusionPassenger
-                          Falcon::Server Thin::Server Sidekiq::CLI].freeze
+                          Falcon::Server Thin::Server Sidekiq::CLI SolidQueue::Cli GoodJob::CLI].freeze
 
     class << self
       # Starts heapscope from settings (config.heapscope, or any Hash) and the environment, as
