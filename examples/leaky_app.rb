@@ -38,6 +38,9 @@ app = App.new
 60_000.times { |id| app.call(id) }
 Heapscope.write(out, gc: true)
 stats = Heapscope.stats
+# Who holds the leak: paths from a GC root to the leak line's sampled objects (docs/reading-profiles.md).
+leak_line = File.readlines(__FILE__).index { |l| l.include?("# the leak") } + 1
+retainers = Heapscope::Retainers.text(Heapscope.retainers("leaky_app.rb:#{leak_line}", limit: 2))
 Heapscope.stop
 
 puts "wrote #{out}: #{File.size(out)} bytes, #{stats[:tracked_objects]} objects tracked " \
@@ -46,3 +49,6 @@ puts
 puts "== heapscope top #{out}"
 require "heapscope/report/cli"
 Heapscope::Report::CLI.run("top", [out, "-n", "8"])
+puts
+puts "== Heapscope.retainers(\"leaky_app.rb:#{leak_line}\"): who keeps the leak alive"
+puts retainers

@@ -138,6 +138,14 @@ module Heapscope
       stats
     end
 
+    # Who keeps site's sampled live objects alive: paths from a GC root, one per shape with a count
+    # (lib/heapscope/retainers.rb). site is FILE:LINE as `heapscope top` prints it; options limit: (3),
+    # time_limit: seconds (1.0), max_memory: the walk's tables ("256M"). Pauses the application
+    # for the walk.
+    def retainers(site, **options)
+      Retainers.find(site, **options)
+    end
+
     # Forgets the allocation counts (alloc_* values restart from zero); live objects stay tracked.
     def reset
       Native._reset
@@ -252,6 +260,7 @@ end
 # (report/cli and what it loads) are not a running path: they read files, in their own process.
 require_relative "heapscope/fork"
 require_relative "heapscope/memory"
+require_relative "heapscope/retainers"
 require_relative "heapscope/pprof"
 require_relative "heapscope/env_config"
 require_relative "heapscope/rack"

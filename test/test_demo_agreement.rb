@@ -23,8 +23,11 @@ class TestDemoAgreement < Minitest::Test
 
   def run_demo(dir, i)
     out = File.join(dir, "heap#{i}.pb.gz")
-    _, err, status = Open3.capture3(RbConfig.ruby, "-I", File.join(ROOT, "lib"), File.join(ROOT, "examples/leaky_app.rb"), out)
+    text, err, status = Open3.capture3(RbConfig.ruby, "-I", File.join(ROOT, "lib"), File.join(ROOT, "examples/leaky_app.rb"), out)
     assert status.success?, "demo run #{i} failed: #{err}"
+    # The demo ends with who holds its leak (Heapscope.retainers): from the script's local to the cache.
+    assert_match(/^#1: \d+ of \d+ objects, held by local variable app of the main script\n  App\n  @cache -> SessionCache\n  @sessions -> Hash\n/,
+                 text)
     out
   end
 

@@ -41,6 +41,9 @@ have_func("rb_obj_memsize_of")
 # the GC in progress. Ruby 3.1 has no such check and does not export it.
 have_func("rb_gc_disable_no_rest")
 
+# Who holds a sampled object (retainers.c): the walk ext/objspace uses, exported on every MRI checked.
+have_func("rb_objspace_reachable_objects_from_root")
+
 # glibc's allocator figures for the memory breakdown (memstats.h); elsewhere the breakdown omits them.
 have_func("mallinfo2", "malloc.h")
 

@@ -11,6 +11,7 @@
 #include "capture.h"
 #include "liveness.h"
 #include "memstats.h"
+#include "retainers.h"
 #include "pprof.h"
 #include "sampler.h"
 
@@ -487,6 +488,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mNative, "_include_thread", native_include_thread, 1);
   rb_define_singleton_method(mNative, "_profile", native_profile, 3);
   rb_define_singleton_method(mNative, "_malloc_stats", native_malloc_stats, 0);
+  retainers_define(mNative);
   rb_define_singleton_method(mNative, "_stats", native_stats, 0);
   rb_define_singleton_method(mNative, "_reset", native_reset, 0);
 

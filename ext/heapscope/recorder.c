@@ -600,6 +600,14 @@ void recorder_reset_allocs(recorder *r) {
   (void)idindex_init(&r->alloc_index, 256);
 }
 
+void recorder_each_object(const recorder *r, bool (*fn)(VALUE obj, uint32_t stack_id, void *data), void *data) {
+  for (size_t i = 0; i < r->record_count; i++) {
+    const record *rec = &r->records[i];
+    if ((rec->flags & RECORD_SUSPECT) || !record_is_valid(rec->obj)) continue;
+    if (!fn(rec->obj, rec->stack_id, data)) return;
+  }
+}
+
 void recorder_get_stats(const recorder *r, recorder_stats *stats) {
   *stats = r->stats;
   stats->tracked_objects = r->record_count;

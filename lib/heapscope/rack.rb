@@ -40,6 +40,7 @@ module Heapscope
       "heap" => "live objects by allocation site: inuse_space/inuse_objects (and alloc_* since start)",
       "allocs" => "the same profile with alloc_space as the default sample type: all sampled allocations",
       "memstats" => "where RSS went, as JSON: Ruby object heap, malloc, the profiled objects, the unexplained rest",
+      "retainers" => "who keeps a site's objects alive: ?site=FILE:LINE (paths from a GC root; pauses the application)",
     }.freeze
 
     # One delta profile at a time for the whole process (each one holds a request for N seconds).
@@ -178,6 +179,7 @@ module Heapscope
       params = parse_params(query)
       return text(400, "#{params}\n") if params.is_a?(String)
       return memstats(params) if name == "memstats"
+      return RetainersEndpoint.call(self, @source, params[:query]) if name == "retainers"
       return not_running unless @source.running?
 
       type = name.to_sym
@@ -219,11 +221,11 @@ module Heapscope
       end
       seen = Hash.new(0)
       pairs.each { |key, _| seen[key] += 1 }
-      twice = seen.find { |key, count| count > 1 && %w[gc debug seconds].include?(key) }
+      twice = seen.find { |key, count| count > 1 && %w[gc debug seconds site limit time_limit format keys].include?(key) }
       return "parameter #{twice[0]} given more than once" if twice
 
       given = pairs.to_h
-      params = {}
+      params = { query: given }
       %w[gc debug].each do |key|
         next unless given.key?(key)
         return "#{key} must be 0 or 1, got #{given[key].inspect}" unless %w[0 1].include?(given[key])
@@ -514,3 +516,6 @@ module Heapscope
     end
   end
 end
+
+# /debug/pprof/retainers (after Rack and its GcLimiter are defined).
+require "heapscope/rack_retainers"

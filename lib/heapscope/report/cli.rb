@@ -5,13 +5,15 @@ require "heapscope/report/top"
 require "heapscope/report/flamegraph"
 require "heapscope/report/diff"
 require "heapscope/report/leaks"
+require "heapscope/report/retainers"
 
 module Heapscope
   module Report
     # CLI is the entry point of `heapscope top|flamegraph|diff|leaks`. exe/heapscope calls run; it never
     # lets a backtrace through: bad input exits 2 with one line on err, a bug exits 1 with one line.
     module CLI
-      COMMANDS = { "top" => Top, "flamegraph" => Flamegraph, "diff" => Diff, "leaks" => Leaks }.freeze
+      COMMANDS = { "top" => Top, "flamegraph" => Flamegraph, "diff" => Diff, "leaks" => Leaks,
+                   "retainers" => Retainers }.freeze
 
       module_function
 

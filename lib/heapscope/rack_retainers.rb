@@ -1,0 +1,71 @@
+# frozen_string_literal: true
+
+require "json"
+require "heapscope/retainers"
+
+module Heapscope
+  class Rack
+    # /debug/pprof/retainers?site=FILE:LINE[&limit=3][&time_limit=1][&format=json][&keys=1]: who keeps
+    # the site's sampled live objects alive (lib/heapscope/retainers.rb), as text or JSON. Hash keys are
+    # named by class unless keys=1: they may be data (session ids, tokens) the listener's clients
+    # should not read. The walk pauses
+    # the application for up to time_limit seconds (at most MAX_TIME_LIMIT here), so requests share a
+    # process-wide allowance, one walk per LIMITER interval (10 s); others get 429 with Retry-After.
+    module RetainersEndpoint
+      MAX_TIME_LIMIT = 5.0
+      LIMITER = GcLimiter.new(interval: 10)
+      FORMATS = %w[text json].freeze
+
+      # given: the query's parameters (decoded). Returns [status, headers, body].
+      def self.call(rack, source, given)
+        options = parse(given)
+        return rack.send(:text, 400, "#{options}\n") if options.is_a?(String)
+        return rack.send(:text, 404, "this profile source cannot walk the heap for retainers\n") unless source.respond_to?(:retainers)
+        return rack.send(:not_running) unless source.running?
+
+        wait = LIMITER.acquire
+        if wait.positive?
+          return rack.send(:text, 429, "a retainers walk ran less than #{LIMITER.interval}s ago (it pauses the " \
+                                       "application); retry in #{wait}s\n", "retry-after" => wait.to_s)
+        end
+        begin
+          report = source.retainers(options[:site], limit: options[:limit], time_limit: options[:time_limit],
+                                    keys: options[:keys])
+        ensure
+          LIMITER.release
+        end
+        if options[:format] == "json"
+          body = "#{JSON.generate(report)}\n"
+          [200, { "content-type" => "application/json", "content-length" => body.bytesize.to_s, "cache-control" => "no-store" }, [body]]
+        else
+          rack.send(:text, 200, Heapscope::Retainers.text(report))
+        end
+      rescue ArgumentError => e
+        rack.send(:text, 400, "#{e.message}\n")
+      end
+
+      # {site:, limit:, time_limit:, format:} or the reason the query is bad.
+      def self.parse(given)
+        site = given["site"]
+        return "site is required: ?site=FILE:LINE as heapscope top prints it" if site.nil? || site.strip.empty?
+        return "site must be FILE:LINE, got #{site[0, 200].inspect}" unless site.match?(Heapscope::Retainers::SITE)
+
+        limit = given.fetch("limit", "3")
+        return "limit must be an integer from 1 to 100, got #{limit[0, 40].inspect}" unless limit.match?(/\A\d{1,3}\z/) && Integer(limit, 10).between?(1, 100)
+
+        time_limit = given.fetch("time_limit", "1")
+        unless time_limit.match?(/\A\d{1,2}(\.\d{1,3})?\z/) && Float(time_limit).positive? && Float(time_limit) <= MAX_TIME_LIMIT
+          return "time_limit must be seconds above 0 and at most #{MAX_TIME_LIMIT}, got #{time_limit[0, 40].inspect}"
+        end
+
+        format = given.fetch("format", "text")
+        return "format must be text or json, got #{format[0, 40].inspect}" unless FORMATS.include?(format)
+
+        keys = given.fetch("keys", "0")
+        return "keys must be 0 or 1, got #{keys[0, 40].inspect}" unless %w[0 1].include?(keys)
+
+        { site: site, limit: Integer(limit, 10), time_limit: Float(time_limit), format: format, keys: keys == "1" }
+      end
+    end
+  end
+end

@@ -1,0 +1,79 @@
+# frozen_string_literal: true
+
+require "net/http"
+require "uri"
+require "heapscope/report/command"
+require "heapscope/rack"
+
+module Heapscope
+  module Report
+    # `heapscope retainers URL SITE`: asks a live process's /debug/pprof/retainers endpoint (either HTTP
+    # surface) who keeps SITE's sampled objects alive, and prints the answer.
+    #
+    #   heapscope retainers http://127.0.0.1:6060 app/cache.rb:12 --limit 5
+    class Retainers < Command
+      DESCRIPTION = "Shows who keeps a site's live objects alive in a running process: paths from a GC root, " \
+                    "from its /debug/pprof/retainers endpoint (the walk pauses that process for up to --time-limit)."
+      USAGE = "usage: heapscope retainers URL FILE:LINE [--limit 3] [--time-limit SECONDS] [--keys] [--json] " \
+              "(token: HEAPSCOPE_HTTP_TOKEN)"
+      TIMEOUT = 30
+
+      def defaults
+        { limit: 3, time_limit: "1" }
+      end
+
+      def options(parser, opts)
+        parser.on("--limit N", Integer, "path shapes to show (default 3)") { |v| opts[:limit] = v }
+        parser.on("--time-limit SECONDS", "longest walk, at most 5 (default 1)") { |v| opts[:time_limit] = v }
+        parser.on("--json", "print the endpoint's JSON") { opts[:json] = true }
+        parser.on("--keys", "show Hash keys (default: their class only, as keys may be data)") { opts[:keys] = true }
+      end
+
+      def check_args(args)
+        super(args, min: 2, max: 2, what: "URL and FILE:LINE")
+      end
+
+      def run(out)
+        url, site = @args
+        uri = endpoint(url)
+        query = URI.encode_www_form(site: site, limit: @opts[:limit], time_limit: @opts[:time_limit],
+                                    format: @opts[:json] ? "json" : "text", keys: @opts[:keys] ? 1 : 0)
+        uri.query = query
+        response = fetch(uri)
+        unless response.code == "200"
+          raise Error, "#{uri.host}:#{uri.port} answered #{response.code}: #{response.body.to_s.lines.first.to_s.chomp}"
+        end
+
+        # Names come from the process (classes, keys): no control character of theirs reaches the terminal.
+        response.body.to_s.each_line { |line| out.puts(Escape.terminal(line.chomp)) }
+        0
+      end
+
+      private
+
+      # http://HOST:PORT, .../debug/pprof or .../debug/pprof/retainers -> the endpoint's URI.
+      def endpoint(url)
+        uri = URI.parse(url)
+        raise Error, "URL must be http:// or https://, got #{url.inspect}" unless uri.is_a?(URI::HTTP) && uri.host
+
+        path = uri.path.to_s.chomp("/")
+        path = "#{path.empty? ? Heapscope::Rack::PREFIX : path}/retainers" unless path.end_with?("/retainers")
+        uri.path = path
+        uri
+      rescue URI::InvalidURIError => e
+        raise Error, "URL is not valid: #{e.message}"
+      end
+
+      def fetch(uri)
+        request = Net::HTTP::Get.new(uri)
+        token = ENV["HEAPSCOPE_HTTP_TOKEN"]
+        request["authorization"] = "Bearer #{token}" if token && !token.empty?
+        Net::HTTP.start(uri.host, uri.port, use_ssl: uri.scheme == "https", open_timeout: 5, read_timeout: TIMEOUT) do |http|
+          http.request(request)
+        end
+      rescue SystemCallError, IOError, Timeout::Error, OpenSSL::SSL::SSLError => e
+        raise Error, "cannot reach #{uri.host}:#{uri.port}: #{e.message}"
+      end
+    end
+  end
+end
