@@ -2,6 +2,7 @@
 
 require "json"
 require "heapscope/retainers"
+require "heapscope/report/escape"
 
 module Heapscope
   class Rack
@@ -35,7 +36,8 @@ module Heapscope
           LIMITER.release
         end
         if options[:format] == "json"
-          body = "#{JSON.generate(report)}\n"
+          # Names and keys come from the application's objects: invalid UTF-8 is escaped, not a 500.
+          body = "#{JSON.generate(Heapscope::Report::Escape.deep_scrub(report))}\n"
           [200, { "content-type" => "application/json", "content-length" => body.bytesize.to_s, "cache-control" => "no-store" }, [body]]
         else
           rack.send(:text, 200, Heapscope::Retainers.text(report))

@@ -104,7 +104,7 @@ module Heapscope
       private
 
       def describe(category, objects, kinds, keys, cache)
-        root = root_name(category, objects.first, kinds.first)
+        root = root_name(category, objects.first, kinds.first, cache)
         hops = objects.each_index.map do |k|
           { class: kinds[k] || class_name(objects[k]),
             edge: k.zero? ? nil : edge_name(objects[k - 1], kinds[k - 1], objects[k], kinds[k], keys, cache) }
@@ -135,13 +135,14 @@ module Heapscope
           rest.first[:edge] = nil
           return ["#{hops[last][:edge]}", rest]
         end
-        if objects.first.is_a?(Binding) && kinds_internal?(hops[1]) && hops.size > 2
+        # (Class#=== rather than is_a?: a BasicObject has no is_a?.)
+        if Binding === objects.first && kinds_internal?(hops[1]) && hops.size > 2
           binding = objects.first
           var = binding.local_variables.find { |v| binding.local_variable_get(v).equal?(objects[2]) }
           whose = binding.equal?(TOPLEVEL_BINDING) ? "of the main script" : "of a Binding"
           return ["#{var ? "local variable #{var}" : "a local variable"} #{whose}", hops[2..]]
         end
-        thread_at = objects.first(2).index { |o| o.is_a?(Thread) }
+        thread_at = objects.first(2).index { |o| Thread === o }
         if thread_at && hops.size > thread_at + 1
           name = objects[thread_at].name
           return ["a thread's stack or locals (Thread#{name ? " #{name.inspect}" : ""})", hops[(thread_at + 1)..]]
@@ -158,23 +159,28 @@ module Heapscope
         edge&.sub(/\A\[\d+\]\z/, "[i]")&.sub(/\Avalue at key .*\z/m, "value at a key")
       end
 
-      def root_name(category, first, kind)
+      def root_name(category, first, kind, cache)
         base = ROOTS[category] || "a VM root (#{category})"
         if category == "global_tbl" && kind.nil?
-          name = global_holding(first)
+          name = (cache[GLOBALS] ||= global_values)[first]
           return "global variable #{name}" if name
         end
         base
       end
 
-      def global_holding(obj)
+      # The cache's key for {value => global variable name} (read once per walk).
+      GLOBALS = Object.new.freeze
+
+      def global_values
+        values = {}.compare_by_identity
         quietly do # some globals warn when read ($= on older Rubies)
-          global_variables.find do |name|
-            TOPLEVEL_BINDING.eval(name.to_s).equal?(obj)
+          global_variables.each do |name|
+            values[TOPLEVEL_BINDING.eval(name.to_s)] ||= name
           rescue StandardError, ScriptError
-            false
+            nil
           end
         end
+        values
       end
 
       def quietly
@@ -188,7 +194,7 @@ module Heapscope
       def class_name(obj)
         klass = KERNEL_CLASS.bind_call(obj)
         name = module_name(klass)
-        obj.is_a?(Module) ? "#{name} #{module_name(obj)}" : name
+        Module === obj ? "#{name} #{module_name(obj)}" : name
       rescue StandardError
         "(object)"
       end
@@ -209,11 +215,11 @@ module Heapscope
       # parents (a cache Hash of 60k entries is read once, not once per path).
       def edge_name(parent, parent_kind, child, child_kind, keys, cache)
         return nil if parent_kind || parent.nil?
-        return "its code or captured variables" if child_kind && (parent.is_a?(Proc) || parent.is_a?(Thread) || parent.is_a?(Method))
+        return "its code or captured variables" if child_kind && [Proc, Thread, Method, Binding].any? { |k| k === parent }
         return nil if child_kind
 
         edges = (cache[parent] ||= edges_of(parent, keys))
-        edges[child] || (parent.is_a?(Thread) ? "its stack (a local variable or block)" : nil)
+        edges[child] || (Thread === parent ? "its stack (a local variable or block)" : nil)
       rescue StandardError
         nil
       end
@@ -234,7 +240,7 @@ module Heapscope
           parent.thread_variables.each { |k| edges[parent.thread_variable_get(k)] ||= "thread variable #{k.inspect}" }
         when Struct then Struct.instance_method(:each_pair).bind_call(parent) { |k, v| edges[v] ||= ".#{k}" }
         end
-        IVARS.bind_call(parent).each { |name| edges[IVAR_GET.bind_call(parent, name)] ||= name.to_s } unless parent.is_a?(Module)
+        IVARS.bind_call(parent).each { |name| edges[IVAR_GET.bind_call(parent, name)] ||= name.to_s } unless Module === parent
         edges
       end
 
@@ -250,7 +256,7 @@ module Heapscope
         Module.instance_method(:class_variables).bind_call(mod, false).each do |v|
           edges[Module.instance_method(:class_variable_get).bind_call(mod, v)] ||= "class variable #{v}"
         end
-        kind = mod.is_a?(Class) ? "class" : "module"
+        kind = Class === mod ? "class" : "module"
         IVARS.bind_call(mod).each { |name| edges[IVAR_GET.bind_call(mod, name)] ||= "#{name} (of the #{kind})" }
       end
 
