@@ -37,7 +37,7 @@ typedef struct {
   int category_count;
   uint32_t current_parent;
   VALUE *targets;
-  size_t target_count, targets_found;
+  size_t target_count, target_capacity, targets_found;
   uint32_t *target_slots; // set of targets: index + 1
   size_t target_mask;
   // Roots found by scanning C stacks conservatively: walked after every other root, so a path names
@@ -169,7 +169,6 @@ typedef struct {
   size_t file_len;
   int32_t line;
   walk *w;
-  size_t max;
 } target_match;
 
 // Whether path ends with suffix at a path component boundary ("app/cache.rb" matches
@@ -200,7 +199,7 @@ static bool collect_target(VALUE obj, uint32_t stack_id, void *data) {
   target_match *m = data;
   if (RBASIC_CLASS(obj) == 0 || !stack_passes(stack_id, m)) return true;
   m->w->targets[m->w->target_count++] = obj;
-  return m->w->target_count < m->max;
+  return m->w->target_count < m->w->target_capacity;
 }
 
 static bool index_targets(walk *w) {
@@ -294,8 +293,7 @@ static VALUE run_walk(VALUE arg) {
   retainers_job *job = (retainers_job *)arg;
   walk *w = &job->w;
   double started = seconds_now();
-  target_match m = {RSTRING_PTR(job->file), (size_t)RSTRING_LEN(job->file), job->line, w, w->target_count};
-  w->target_count = 0;
+  target_match m = {RSTRING_PTR(job->file), (size_t)RSTRING_LEN(job->file), job->line, w};
   recorder_each_object(capture_recorder(), collect_target, &m);
   const char *cut_short = NULL;
   if (w->target_count > 0) {
@@ -366,13 +364,13 @@ static VALUE native_retainers(VALUE self, VALUE file, VALUE line, VALUE max_targ
   w->max_nodes = max_nodes;
   w->capacity = 4096;
   w->slot_mask = 8192 - 1;
-  w->target_count = NUM2SIZET(max_targets);
-  if (w->target_count == 0) w->target_count = 1;
+  w->target_capacity = NUM2SIZET(max_targets);
+  if (w->target_capacity == 0) w->target_capacity = 1;
   w->objs = malloc(w->capacity * sizeof(VALUE));
   w->parent = malloc(w->capacity * sizeof(uint32_t));
   w->category = malloc(w->capacity);
   w->slots = calloc(w->slot_mask + 1, sizeof(uint32_t));
-  w->targets = malloc(w->target_count * sizeof(VALUE));
+  w->targets = malloc(w->target_capacity * sizeof(VALUE));
   if (!w->objs || !w->parent || !w->category || !w->slots || !w->targets) {
     job.gc_was_disabled = true; // nothing to re-enable yet
     finish_walk((VALUE)&job);

@@ -1,8 +1,9 @@
 # frozen_string_literal: true
 
-require "fileutils"
 require_relative "atomic_write"
 require_relative "internal"
+require_relative "memory"
+require_relative "periodic_writer"
 
 module Heapscope
   # Dumps writes a heap profile at the moment memory goes wrong, not an hour later: when the process's
@@ -20,7 +21,6 @@ module Heapscope
   # runs in trap context but a one-byte write. A handler the application had for the signal still runs
   # after heapscope's. Failures warn once per error class and never raise.
   class Dumps
-    SUFFIX = ".heap.pb.gz"
     # Signals a user may give heapscope: the ones meant for applications. (Ruby reserves others, and
     # INT, TERM, QUIT or CHLD have meanings an application relies on.)
     SIGNALS = %w[USR1 USR2 HUP].freeze
@@ -62,7 +62,7 @@ module Heapscope
       unless check_interval.is_a?(Numeric) && check_interval.positive?
         raise ArgumentError, "check_interval must be a number of seconds > 0, got #{check_interval.inspect}"
       end
-      raise ArgumentError, "app_name must use only A-Z a-z 0-9 _ . -, got #{app_name.inspect}" unless app_name.to_s.match?(/\A[A-Za-z0-9_.\-]+\z/)
+      PeriodicWriter.check_app_name(app_name)
 
       @dir = File.expand_path(dir.to_s)
       @min_interval = min_interval
@@ -93,10 +93,7 @@ module Heapscope
 
     # Resident set size in bytes (Linux), or nil.
     def self.rss
-      File.foreach("/proc/self/status") { |line| return Integer(line[/\d+/], 10) * 1024 if line.start_with?("VmRSS:") }
-      nil
-    rescue SystemCallError, IOError
-      nil
+      Memory.resident[:rss]
     end
 
     # Starts the thread and installs the signal handler. Returns self. Raises ArgumentError when the
@@ -238,10 +235,8 @@ module Heapscope
       Heapscope.internal do
         next unless @source.running?
 
-        stamp = Time.now.utc.strftime("%Y%m%dT%H%M%S.%LZ")
-        path = File.join(@dir, "#{@app_name}-#{Process.pid}-#{stamp}-#{kind}#{SUFFIX}")
-        FileUtils.mkdir_p(@dir, mode: 0o755)
-        Heapscope.write_atomically(path, @source.profile(gc: gc, type: :heap))
+        path = PeriodicWriter.profile_path(@dir, @app_name, kind)
+        PeriodicWriter.write_profile(path, @source.profile(gc: gc, type: :heap))
         @counts[kind.to_sym] += 1
         path
       rescue StandardError => e

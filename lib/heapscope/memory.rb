@@ -102,10 +102,9 @@ module Heapscope
         }
       end
 
-      # The breakdown of a decoded profile (Heapscope::Pprof::Profile) from its own memory comment and
-      # inuse totals, or nil when it carries no memory comment.
-      def of_profile(prof)
-        figures = from_comments(prof.comments)
+      # The breakdown of a decoded profile (Heapscope::Pprof::Profile) from its inuse totals and
+      # figures: by default its own memory comment's; nil when there are none.
+      def of_profile(prof, figures = from_comments(prof.comments))
         return nil unless figures
 
         space = prof.sample_index("inuse_space")
@@ -149,8 +148,8 @@ module Heapscope
         "{#{fields.join(",")}}\n"
       end
 
-      private
-
+      # RSS figures from /proc/self/status: {rss:, rss_anon:, rss_file:, rss_shmem:} in bytes, the
+      # ones found; {} where there is no such file (not Linux). Dumps reads it once a second.
       def resident
         text = File.read("/proc/self/status")
         text.each_line.with_object({}) do |line, out|

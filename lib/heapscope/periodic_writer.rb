@@ -23,6 +23,29 @@ module Heapscope
     extend InternalNew
 
     SUFFIX = ".heap.pb.gz"
+    APP_NAME = /\A[A-Za-z0-9_.\-]+\z/.freeze
+
+    # The app_name every profile file name starts with; raises ArgumentError for a bad one (it goes
+    # into file names and globs, so only these characters).
+    def self.check_app_name(app_name)
+      raise ArgumentError, "app_name must use only A-Z a-z 0-9 _ . -, got #{app_name.inspect}" unless app_name.to_s.match?(APP_NAME)
+
+      app_name.to_s
+    end
+
+    # dir/APP-PID-STAMP[-tag].heap.pb.gz: the name of every profile file heapscope writes (periodic,
+    # final, Dumps' rss and signal), so forked children never collide with their parent.
+    def self.profile_path(dir, app_name, tag = nil)
+      stamp = Time.now.utc.strftime("%Y%m%dT%H%M%S.%LZ")
+      File.join(dir, "#{app_name}-#{Process.pid}-#{stamp}#{tag ? "-#{tag}" : ""}#{SUFFIX}")
+    end
+
+    # Writes a profile's bytes to path atomically, creating its directory if missing (0755 before the
+    # umask: a directory heapscope creates is never writable by others). Raises what the write raises.
+    def self.write_profile(path, bytes)
+      FileUtils.mkdir_p(File.dirname(path), mode: 0o755)
+      Heapscope.write_atomically(path, bytes)
+    end
 
     attr_reader :dir, :interval, :keep, :app_name
 
@@ -33,7 +56,7 @@ module Heapscope
     def initialize(dir:, interval: 60, keep: 48, app_name: "ruby", source: nil, warn: nil, periodic: true)
       raise ArgumentError, "interval must be a number > 0, got #{interval.inspect}" unless interval.is_a?(Numeric) && interval.positive?
       raise ArgumentError, "keep must be an Integer >= 1, got #{keep.inspect}" unless keep.is_a?(Integer) && keep >= 1
-      raise ArgumentError, "app_name must use only A-Z a-z 0-9 _ . -, got #{app_name.inspect}" unless app_name.to_s.match?(/\A[A-Za-z0-9_.\-]+\z/)
+      PeriodicWriter.check_app_name(app_name)
 
       @dir = File.expand_path(dir.to_s)
       @interval = interval
@@ -133,12 +156,9 @@ module Heapscope
       @write_lock.synchronize do
         return [nil, nil] unless @source.running?
 
-        stamp = Time.now.utc.strftime("%Y%m%dT%H%M%S.%LZ")
-        path = File.join(@dir, "#{@app_name}-#{Process.pid}-#{stamp}#{final ? "-final" : ""}#{SUFFIX}")
+        path = PeriodicWriter.profile_path(@dir, @app_name, final ? "final" : nil)
         begin
-          # 0755 before the umask: a directory heapscope creates is never writable by others.
-          FileUtils.mkdir_p(@dir, mode: 0o755)
-          Heapscope.write_atomically(path, @source.profile(gc: gc, type: :heap))
+          PeriodicWriter.write_profile(path, @source.profile(gc: gc, type: :heap))
           @counts[:written] += 1
           rotate
           [path, nil]

@@ -403,10 +403,7 @@ module Heapscope
         end
         # The profile's own figures when it has them (heapscope's do), so all of them are one moment's.
         prof = Heapscope::Pprof.decode(bytes)
-        parts = Heapscope::Memory.of_profile(prof) || Heapscope::Memory.breakdown(
-          Heapscope::Memory.measure, profiled: prof.samples.sum { |s| s.value("inuse_space").to_i },
-                                     profiled_objects: prof.samples.sum { |s| s.value("inuse_objects").to_i }
-        )
+        parts = Heapscope::Memory.of_profile(prof, Heapscope::Memory.from_comments(prof.comments) || Heapscope::Memory.measure)
       end
       parts ||= Heapscope::Memory.breakdown(Heapscope::Memory.measure)
       body = Heapscope::Memory.to_json(parts, pid: Process.pid)
