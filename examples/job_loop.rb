@@ -43,7 +43,8 @@ queue = Queue.new
 worker = Thread.new do
   while (job = queue.pop)
     klass, arg = job
-    klass.new.perform(arg)
+    # Which job made it: each job's samples carry job=<its class> (go tool pprof -tagfocus job=AuditLog).
+    Heapscope.with_labels(job: klass.name) { klass.new.perform(arg) }
   end
 end
 jobs.times { |i| queue << [i.even? ? ResizeImage : AuditLog, i] }

@@ -49,6 +49,8 @@ module Heapscope
     max_overhead: 0.01, # off (nil) when sample_every is given and max_overhead is not: see start
     sampling: nil, # :windowed, or :always; nil: :windowed unless sample_every is 1 (see docs/configuration.md)
     window_share: 0.04,
+    label_threads: false, # every sample also labelled thread=<its native thread's name> (labels.rb)
+    max_label_sets: 1000, # distinct label sets per process; past it new sets become "(other)"
   }.freeze
   SAMPLING_MODES = %i[windowed always].freeze
 
@@ -73,6 +75,8 @@ module Heapscope
       check_integer(config, :min_age, 0, 2**31 - 1)
       check_integer(config, :max_tracked_objects, 1, 2**31 - 1)
       check_integer(config, :max_stacks, 1, 2**31 - 1)
+      check_boolean(config, :label_threads)
+      check_integer(config, :max_label_sets, 1, 1_000_000)
       check_boolean(config, :track_sizes)
       check_fraction(config, :max_overhead)
       config[:sampling] = check_sampling(config)
@@ -86,7 +90,8 @@ module Heapscope
 
       Native._start(config[:sample_every], config[:max_frames], config[:min_age], config[:track_sizes],
                     config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE,
-                    config[:max_overhead]&.to_f, config[:sampling] == :windowed, config[:window_share].to_f)
+                    config[:max_overhead]&.to_f, config[:sampling] == :windowed, config[:window_share].to_f,
+                    config[:label_threads], config[:max_label_sets])
       @config = config
       true
     end
@@ -259,6 +264,7 @@ end
 # Pyroscope, fork), the delta and ?debug=1 readers (pprof, report/sampling). The report commands
 # (report/cli and what it loads) are not a running path: they read files, in their own process.
 require_relative "heapscope/fork"
+require_relative "heapscope/labels"
 require_relative "heapscope/memory"
 require_relative "heapscope/retainers"
 require_relative "heapscope/pprof"

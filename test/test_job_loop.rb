@@ -32,5 +32,14 @@ class TestJobLoop < Minitest::Test
     leak = "job_loop.rb:#{File.readlines(EXAMPLE).index { |l| l.include?("# JOB LEAK") } + 1}"
     top = pprof_top(final.first, "inuse_objects")
     assert_includes top_row(top), leak, top
+    # Each job carries its class as a label: the leak is AuditLog's, not ResizeImage's.
+    focused = lambda do |tag|
+      out, e, st = Open3.capture3({ "PPROF_TMPDIR" => @tmp, "HOME" => @tmp }, "go", "tool", "pprof", "-top", "-lines",
+                                  "-sample_index=inuse_objects", "-tagfocus=#{tag}", final.first)
+      assert st.success?, e
+      out
+    end
+    assert_includes top_row(focused.call("job=AuditLog")), leak
+    refute_includes focused.call("job=ResizeImage"), leak
   end
 end

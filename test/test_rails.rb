@@ -115,6 +115,17 @@ class TestRails < Minitest::Test
     heap = pprof_top("http://127.0.0.1:#{port}/debug/pprof/heap?gc=1", "inuse_objects")
     assert_includes top_row(heap), leak_line, heap
     assert_includes pprof_top("http://127.0.0.1:#{port}/debug/pprof/allocs", "alloc_space"), leak_line
+    # The Railtie labels each action's samples endpoint=Controller#action (lib/heapscope/rails.rb).
+    _, _, bytes = http_get(port, "/debug/pprof/allocs")
+    File.binwrite(profile = File.join(@tmp, "allocs.pb.gz"), bytes)
+    focused = lambda do |tag|
+      out, e, st = Open3.capture3({ "PPROF_TMPDIR" => @tmp, "HOME" => @tmp }, "go", "tool", "pprof", "-top", "-lines",
+                                  "-sample_index=alloc_objects", "-tagfocus=#{tag}", profile)
+      assert st.success?, e
+      out
+    end
+    assert_includes focused.call("endpoint=LeaksController#create"), leak_line
+    refute_includes focused.call("endpoint=LeaksController#index"), leak_line
     # The index links below the mount point; the app's constraint keeps other hosts out (Rails' 404).
     status, _, body = http_get(port, "/debug/pprof/")
     assert_equal 200, status

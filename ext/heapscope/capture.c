@@ -5,6 +5,7 @@
 #include <ruby/debug.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +21,8 @@ pthread_mutex_t sched_lock = PTHREAD_MUTEX_INITIALIZER;
 uint64_t own_nanos;
 int hook_applied;
 double hook_cost_nanos = -1.0;
+static labelsets *label_table; // the process's label sets (capture_labels)
+static ID id_labels_local;     // CAPTURE_LABELS_LOCAL
 
 // ---- The fail-safe ----
 
@@ -77,6 +80,46 @@ static bool thread_excluded(VALUE thread) {
 
 // Captures the current stack and class of obj and hands them to the recorder, as standing for weight
 // allocations.
+// The label set in force in the allocating fiber: the id in its fiber-local (set by Heapscope.with_labels
+// in Ruby), plus, with label_threads, the native thread's name (Ruby names the native thread after
+// Thread#name, or file:line of its block; Linux keeps 15 bytes). rb_thread_local_aref reads the fiber's
+// local table: no allocation, no Ruby code. Only on the sampled path.
+// A small cache of {thread, set in force} -> set with its thread label: the kernel call and the set lookup
+// cost about 2 us a sample where syscalls are slow. An entry is read again after THREAD_LABEL_REUSE uses,
+// so a renamed thread (or a new one in a dead one's slot) carries a stale name for at most that many samples.
+#define THREAD_LABEL_CACHE 16
+#define THREAD_LABEL_REUSE 64
+static struct {
+  VALUE thread;
+  uint32_t base, labelled, uses;
+} thread_labels[THREAD_LABEL_CACHE];
+
+static uint32_t with_thread_label(uint32_t set) {
+  VALUE thread = rb_thread_current();
+  size_t slot = ((size_t)thread >> 4) % THREAD_LABEL_CACHE;
+  if (thread_labels[slot].thread == thread && thread_labels[slot].base == set && thread_labels[slot].uses < THREAD_LABEL_REUSE) {
+    thread_labels[slot].uses++;
+    return thread_labels[slot].labelled;
+  }
+  char name[17] = {0};
+  uint32_t labelled = set;
+  if (prctl(PR_GET_NAME, name, 0, 0, 0) == 0 && name[0] != '\0') labelled = labelsets_with(label_table, set, "thread", 6, name, strlen(name));
+  thread_labels[slot].thread = thread;
+  thread_labels[slot].base = set;
+  thread_labels[slot].labelled = labelled;
+  thread_labels[slot].uses = 0;
+  return labelled;
+}
+
+static uint32_t current_labels(void) {
+  if (label_table == NULL) return LABELSET_NONE;
+  VALUE id = rb_thread_local_aref(rb_thread_current(), id_labels_local);
+  uint32_t set = LABELSET_NONE;
+  if (RB_FIXNUM_P(id) && FIX2LONG(id) > 0 && FIX2LONG(id) < (long)labelsets_id_limit(label_table)) set = (uint32_t)FIX2LONG(id);
+  if (cap.config.label_threads) set = with_thread_label(set);
+  return set;
+}
+
 static void sample(VALUE obj, uint32_t weight) {
   cap.stats.samples_taken++;
   if (is_internal(obj)) {
@@ -119,7 +162,8 @@ static void sample(VALUE obj, uint32_t weight) {
   }
   // Always-on sampling draws every allocation independently: each sample is a cluster of its own.
   if (!cap.config.windowed) cap.window++;
-  recorder_track(cap.recorder, obj, cap.frame_ids, count, class_id, (uint32_t)rb_gc_count(), weight, cap.window);
+  recorder_track(cap.recorder, obj, cap.frame_ids, count, class_id, (uint32_t)rb_gc_count(), weight, cap.window,
+                 current_labels());
 }
 
 uint64_t capture_now_nanos(void) {
@@ -357,6 +401,8 @@ void capture_init(void) {
   settle_job_handle = rb_postponed_job_preregister(0, settle_job, NULL);
 #endif
   windows_init();
+  id_labels_local = rb_intern(CAPTURE_LABELS_LOCAL);
+  label_table = labelsets_new(1000);
   // Once per process, at load: it allocates (20,000 objects), which inside Heapscope.start would be GCs
   // the run did not see.
   windows_calibrate_hook_cost();
@@ -462,6 +508,7 @@ void capture_check_invariants(void) {
   if (cap.running) check_invariants();
 }
 names *capture_names(void) { return cap.names; }
+labelsets *capture_labels(void) { return label_table; }
 void capture_get_stats(capture_stats *stats) {
   *stats = cap.stats;
   stats->current_every = cap.budget.current_every;

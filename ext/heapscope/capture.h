@@ -36,6 +36,7 @@ typedef struct {
   double max_overhead; // the adaptive budget (budget.h); <= 0: always sample_every
   bool windowed;       // windowed sampling (schedule.h); else the hook is on for every allocation
   double window_share; // windowed: the share of time the hook is on, e.g. 0.04 (schedule.h)
+  bool label_threads;  // every sample also gets a "thread" label: its native thread's name (labels.h)
   recorder_config recorder;
 } capture_config;
 
@@ -111,8 +112,16 @@ void capture_estimate(recorder_estimate *e);
 bool capture_exclude_thread(VALUE thread);
 void capture_include_thread(VALUE thread);
 
-// Once, from Init: creates the object through which the GC marks and compacts capture's state.
+// Once, from Init: creates the object through which the GC marks and compacts capture's state, and the
+// process's label-set table.
 void capture_init(void);
+
+// Labels (labels.h). The table of label sets outlives Heapscope.stop/start: the ids it hands out sit in
+// fiber-locals. NULL only when memory was short at load (then no sample is labelled). A sample gets the
+// set whose id the allocating fiber holds in its fiber-local CAPTURE_LABELS_LOCAL (an Integer: Thread#[]
+// is fiber-local), read in the hook without calling Ruby; an id the table does not know counts as none.
+#define CAPTURE_LABELS_LOCAL "__heapscope_labels"
+labelsets *capture_labels(void);
 
 // Starts sampling with config. Returns false when memory is short (nothing started then).
 bool capture_start(const capture_config *config);

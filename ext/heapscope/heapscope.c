@@ -68,11 +68,13 @@ static uint64_t monotonic_nanos(void) {
 static uint32_t to_u32(VALUE value) { return (uint32_t)NUM2ULONG(value); }
 
 // Native._start(sample_every, max_frames, min_age, track_sizes, max_tracked_objects, max_stacks, slot_size,
-//               max_overhead, windowed, window_share)
-static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALUE min_age, VALUE track_sizes,
-                          VALUE max_tracked_objects, VALUE max_stacks, VALUE slot_size, VALUE max_overhead,
-                          VALUE windowed, VALUE window_share) {
+//               max_overhead, windowed, window_share, label_threads, max_label_sets)
+static VALUE native_start(int argc, VALUE *argv, VALUE self) {
   (void)self;
+  if (argc != 12) rb_raise(rb_eArgError, "heapscope: Native._start takes 12 arguments, got %d", argc);
+  VALUE sample_every = argv[0], max_frames = argv[1], min_age = argv[2], track_sizes = argv[3];
+  VALUE max_tracked_objects = argv[4], max_stacks = argv[5], slot_size = argv[6], max_overhead = argv[7];
+  VALUE windowed = argv[8], window_share = argv[9], label_threads = argv[10], max_label_sets = argv[11];
   settle_failure();
   if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
   if (liveness_unsupported != NULL) {
@@ -90,6 +92,7 @@ static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALU
     .max_overhead = NIL_P(max_overhead) ? 0.0 : NUM2DBL(max_overhead),
     .windowed = RTEST(windowed),
     .window_share = NUM2DBL(window_share),
+    .label_threads = RTEST(label_threads),
     .recorder = {
       .max_tracked_objects = to_u32(max_tracked_objects),
       .max_stacks = to_u32(max_stacks),
@@ -97,11 +100,43 @@ static VALUE native_start(VALUE self, VALUE sample_every, VALUE max_frames, VALU
       .slot_size = to_u32(slot_size),
     },
   };
+  uint32_t label_cap = to_u32(max_label_sets);
   if (!capture_start(&config)) rb_raise(rb_eNoMemError, "heapscope: not enough memory to start");
+  if (capture_labels() != NULL) labelsets_set_max(capture_labels(), label_cap);
   disabled_reason = NULL;
   off_reason = NULL;
   started_at_nanos = wall_nanos();
   return Qtrue;
+}
+
+// Native._label_set([[key, value], ...]): the id of that label set (labels.h), for the fiber-local
+// CAPTURE_LABELS_LOCAL; 0 for none; -id for the overflow set it was mapped to. Keys and values are Strings the caller checked (lib/heapscope/labels.rb).
+// Works whether or not heapscope runs: the table outlives start and stop.
+static VALUE native_label_set(VALUE self, VALUE pairs) {
+  (void)self;
+  Check_Type(pairs, T_ARRAY);
+  labelsets *table = capture_labels();
+  long n = RARRAY_LEN(pairs);
+  if (table == NULL || n == 0) return INT2FIX(0);
+  if (n > LABELS_MAX_PAIRS) rb_raise(rb_eArgError, "heapscope: at most %d labels, got %ld", LABELS_MAX_PAIRS, n);
+  label_text texts[LABELS_MAX_PAIRS];
+  for (long i = 0; i < n; i++) {
+    VALUE pair = RARRAY_AREF(pairs, i);
+    Check_Type(pair, T_ARRAY);
+    if (RARRAY_LEN(pair) != 2) rb_raise(rb_eArgError, "heapscope: a label is a [key, value] pair");
+    VALUE key = RARRAY_AREF(pair, 0), value = RARRAY_AREF(pair, 1);
+    Check_Type(key, T_STRING);
+    Check_Type(value, T_STRING);
+    texts[i] = (label_text){RSTRING_PTR(key), (size_t)RSTRING_LEN(key), RSTRING_PTR(value), (size_t)RSTRING_LEN(value)};
+  }
+  // Nothing above allocates after the pointers are taken, and interning only mallocs.
+  labelsets_stats before, after;
+  labelsets_get_stats(table, &before);
+  uint32_t id = labelsets_intern(table, texts, (uint32_t)n);
+  labelsets_get_stats(table, &after);
+  RB_GC_GUARD(pairs);
+  // An overflow set (the cap was reached) comes back negated: its values are "(other)", not the ones given.
+  return after.overflowed != before.overflowed ? LONG2NUM(-(long)id) : UINT2NUM(id);
 }
 
 static VALUE native_stop(VALUE self) {
@@ -156,7 +191,9 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
   recorder_stats rs;
   capture_get_stats(&cs);
   recorder_get_stats(capture_recorder(), &rs);
-  size_t size = 1536 + 2 * 24 * VARIANCE_GROUPS;
+  labelsets_stats ls = {0};
+  if (capture_labels() != NULL) labelsets_get_stats(capture_labels(), &ls);
+  size_t size = 1664 + 2 * 24 * VARIANCE_GROUPS;
   char *text = malloc(size);
   if (text == NULL) return NULL;
   int used = snprintf(text, size,
@@ -166,6 +203,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu gc_runs_missed=%llu\n"
            "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f weight_scale_wanted=%.4f sample_every=%u current_sample_every=%u rate_lowered=%s "
            "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=%s\n"
+           "label_sets=%llu max_label_sets=%u label_sets_overflowed=%llu label_sets_dropped=%llu label_threads=%s\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
@@ -178,7 +216,9 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), capture_weight_scale_wanted(), c->sample_every, cs.current_every,
            cs.current_every > c->sample_every || cs.rate_adjustments > 0 ? "true" : "false",
            (unsigned long long)cs.windows_opened, hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
-           (unsigned long long)cs.skipped_own, snapshot->has_groups ? "groups" : "labels");
+           (unsigned long long)cs.skipped_own, snapshot->has_groups ? "groups" : "labels",
+           (unsigned long long)ls.sets, ls.max_sets, (unsigned long long)ls.overflowed, (unsigned long long)ls.dropped,
+           c->label_threads ? "true" : "false");
   if (snapshot->has_groups && used > 0 && (size_t)used < size) {
     // Live objects' design (every window), then the allocation counters' (since Heapscope.reset).
     const group_design *designs[2] = {&snapshot->design, &snapshot->alloc_design};
@@ -257,7 +297,7 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra
   capture_prepare_snapshot();
   recorder_estimate estimate;
   capture_estimate(&estimate);
-  job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), RTEST(allocs), age, &estimate);
+  job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), capture_labels(), RTEST(allocs), age, &estimate);
   if (job.snapshot == NULL) {
     free(extra);
     rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
@@ -376,6 +416,12 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "gc_registrations_deferred", cs.gc_registrations_deferred);
   set_u64(h, "samples_taken", cs.samples_taken);
   set_u64(h, "tracked_objects", rs.tracked_objects);
+  labelsets_stats ls = {0};
+  if (capture_labels() != NULL) labelsets_get_stats(capture_labels(), &ls);
+  set_u64(h, "label_sets", ls.sets);
+  set_u64(h, "label_sets_overflowed", ls.overflowed);
+  set_u64(h, "label_sets_dropped", ls.dropped);
+  set_u64(h, "label_memory_bytes", ls.memory_bytes);
   set_u64(h, "stacks", rs.live_stacks);
   set_u64(h, "frames", rs.frames);
   set_u64(h, "strings", rs.strings);
@@ -467,7 +513,8 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_global_variable(&eHeapscopeError);
 
   VALUE mNative = rb_define_module_under(mHeapscope, "Native");
-  rb_define_singleton_method(mNative, "_start", native_start, 10);
+  rb_define_singleton_method(mNative, "_start", native_start, -1);
+  rb_define_singleton_method(mNative, "_label_set", native_label_set, 1);
   rb_define_singleton_method(mNative, "_gc_stress_changed", native_gc_stress_changed, 1);
   // Windowed sampling is possible on this Ruby (capture_windowed_supported).
   rb_define_const(mNative, "WINDOWED_SUPPORTED", capture_windowed_supported() ? Qtrue : Qfalse);

@@ -5,7 +5,9 @@
 //     bucket lower bound), "<type>_var" (num, per value type that is not exact: the estimate of that
 //     sample's sampling variance, objects^2 or bytes^2) and, windowed, "<type>_vg<g>" (num: the part
 //     of the value from windows of variance group g, g = 0..15, omitted when 0; variance.h says how a
-//     sum of samples gets its variance from its summed groups)
+//     sum of samples gets its variance from its summed groups), and the application's labels (str: the
+//     keys and values of Heapscope.with_labels, e.g. endpoint, job, thread; labels.h; the Ruby side
+//     keeps their keys apart from ours)
 //   one Location per distinct (function, file, line) (one Line each), one Function per distinct
 //   (name, file)
 //   string_table[0] == ""; location and function ids are 1..N in first-use order, so the output is
@@ -164,6 +166,15 @@ static void write_samples(encoder *e, pb_buffer *b) {
     pb_packed_int64(b, tagSample_Value, sample->values, HS_VALUE_COUNT);
     if (sample->class_id != 0) write_label(b, class_key, mapped_string(e, sample->class_id), 0, 0);
     if (sample->gc_age != HS_NO_AGE) write_label(b, age_key, 0, sample->gc_age, gcs_unit);
+    // The labels in force where it was allocated (labels.h), key and value alternating.
+    if (sample->labels_len != 0 && (size_t)sample->labels_offset + sample->labels_len <= s->label_id_count) {
+      const uint32_t *ids = s->label_ids + sample->labels_offset;
+      uint32_t string_count = strtab_count(s->strings);
+      for (uint32_t l = 0; l + 1 < sample->labels_len; l += 2) {
+        if (ids[l] >= string_count || ids[l + 1] >= string_count) continue;
+        write_label(b, mapped_string(e, ids[l]), mapped_string(e, ids[l + 1]), 0, 0);
+      }
+    }
     for (int v = 0; v < HS_VALUE_COUNT; v++) {
       if (sample->variances[v] != 0) write_label(b, variance_keys[v], 0, sample->variances[v], 0);
     }

@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "labels.h"
 #include "names.h"
 #include "snapshot.h"
 #include "stacktab.h"
@@ -70,12 +71,13 @@ stacktab *recorder_stacks(recorder *r);
 // Starts tracking obj, allocated at the stack frame_ids[0..n) (leaf first), of class class_id (a
 // string id), when rb_gc_count() was alloc_gc; it stands for weight (>= 1) allocations and was taken in
 // sampling window number `window` (samples of one window are one cluster for the variance; a new number
-// per sample when each is drawn on its own; numbers only ever grow). Called from the
+// per sample when each is drawn on its own; numbers only ever grow), with the label set `labels` in force
+// (labels.h; 0: none; records and counters of different sets are kept apart). Called from the
 // allocation hook: never allocates Ruby objects, never raises (failures are counted). The object is
 // not initialised yet, so it is measured later: at the end of the next GC's marking (its
 // "allocation size", counted in alloc_space) or at the next snapshot, whichever comes first.
 void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
-                    uint32_t alloc_gc, uint32_t weight, uint32_t window);
+                    uint32_t alloc_gc, uint32_t weight, uint32_t window, uint32_t labels);
 
 // Inside GC, at RUBY_INTERNAL_EVENT_GC_END_MARK: measures records not yet measured (except T_DATA,
 // whose dsize functions are extension code not to be run inside the GC) and drops records of objects
@@ -95,7 +97,7 @@ void recorder_check_suspects(recorder *r);
 bool recorder_has_suspects(const recorder *r);
 
 // Builds a snapshot (see snapshot.h): live objects that survived at least min_age GCs, grouped by
-// (stack, class, gc_age bucket), plus the allocation counters, each with the variance of its values
+// (stack, class, gc_age bucket, label set; the sets' pairs read from labels, which may be NULL), plus the allocation counters, each with the variance of its values
 // (the sum over windows of the window's weighted total squared, times 1 - 1/weight: windows are
 // clusters, and a weight of 1 is exact); sizes are re-measured first (objects
 // seen frozen keep their size). Frames are named through code_names, which the caller resolved just
@@ -111,7 +113,8 @@ typedef struct {
   uint32_t open_window;
   double open_allocations;
 } recorder_estimate;
-hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, bool allocs, uint32_t min_age, const recorder_estimate *e);
+hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const labelsets *labels, bool allocs, uint32_t min_age,
+                               const recorder_estimate *e);
 
 // Windowed sampling: window number `window` closed after the hook saw `allocations` allocations in it.
 // Its samples' clusters get those allocations (the ratio estimate's variance, variance.h). Reads no

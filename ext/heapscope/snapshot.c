@@ -17,6 +17,7 @@ void snapshot_free(hs_snapshot *snapshot) {
   if (snapshot == NULL) return;
   free(snapshot->samples);
   free(snapshot->location_ids);
+  free(snapshot->label_ids);
   free(snapshot->locations);
   idindex_free(&snapshot->location_index);
   strtab_free(snapshot->strings);
@@ -67,6 +68,20 @@ uint32_t snapshot_add_stack(hs_snapshot *s, const uint32_t *location_ids, uint32
   return offset;
 }
 
+uint32_t snapshot_add_labels(hs_snapshot *s, const uint32_t *string_ids, uint32_t n) {
+  if (!ensure((void **)&s->label_ids, &s->label_id_capacity, s->label_id_count + n, sizeof(uint32_t))) return UINT32_MAX;
+  uint32_t offset = (uint32_t)s->label_id_count;
+  if (n > 0) memcpy(s->label_ids + offset, string_ids, sizeof(uint32_t) * n);
+  s->label_id_count += n;
+  return offset;
+}
+
+void snapshot_label_last_sample(hs_snapshot *s, uint32_t offset, uint32_t n) {
+  if (s->sample_count == 0) return;
+  s->samples[s->sample_count - 1].labels_offset = offset;
+  s->samples[s->sample_count - 1].labels_len = n;
+}
+
 bool snapshot_add_sample(hs_snapshot *s, uint32_t offset, uint32_t n, uint32_t class_id, int32_t gc_age,
                          const int64_t values[HS_VALUE_COUNT], const int64_t variances[HS_VALUE_COUNT],
                          const hs_group_totals *groups, int32_t group_types) {
@@ -84,6 +99,7 @@ bool snapshot_add_sample(hs_snapshot *s, uint32_t offset, uint32_t n, uint32_t c
   sample->locations_len = n;
   sample->class_id = class_id;
   sample->gc_age = gc_age;
+  sample->labels_offset = sample->labels_len = 0;
   memcpy(sample->values, values, sizeof(sample->values));
   if (variances != NULL) memcpy(sample->variances, variances, sizeof(sample->variances));
   else memset(sample->variances, 0, sizeof(sample->variances));

@@ -38,6 +38,9 @@ typedef struct {
   // hs_snapshot.group_totals (0: none); they belong to values group_types and group_types + 1.
   uint32_t groups;
   int32_t group_types;
+  // Its labels (labels.h): labels_len string ids from hs_snapshot.label_ids at labels_offset, key and
+  // value alternating (0: none).
+  uint32_t labels_offset, labels_len;
 } hs_sample;
 
 // A sample's two values (objects, then bytes) by variance group (variance.h), scaled like the values.
@@ -48,6 +51,8 @@ typedef struct {
   size_t sample_count, sample_capacity;
   uint32_t *location_ids;
   size_t location_id_count, location_id_capacity;
+  uint32_t *label_ids;    // samples' labels: string ids, key then value, shared by samples of one set
+  size_t label_id_count, label_id_capacity;
   hs_location *locations; // locations[id - 1]
   uint32_t location_count, location_capacity;
   idindex location_index;
@@ -74,6 +79,12 @@ uint32_t snapshot_location_id(hs_snapshot *snapshot, hs_location location);
 // Appends a copy of location_ids[0..n) and returns its offset, for samples to share. Returns
 // UINT32_MAX when memory is short.
 uint32_t snapshot_add_stack(hs_snapshot *snapshot, const uint32_t *location_ids, uint32_t n);
+
+// Appends a copy of string_ids[0..n) (key, value, key, value, ...) and returns its offset, for samples
+// to share with snapshot_label_last_sample. UINT32_MAX when memory is short.
+uint32_t snapshot_add_labels(hs_snapshot *snapshot, const uint32_t *string_ids, uint32_t n);
+// Gives the last sample added the labels at offset (from snapshot_add_labels), n string ids long.
+void snapshot_label_last_sample(hs_snapshot *snapshot, uint32_t offset, uint32_t n);
 
 // Appends a sample over the stack at offset (from snapshot_add_stack), with its values' variances
 // (NULL: all 0) and, windowed, the totals by variance group of values group_types and group_types + 1

@@ -75,6 +75,14 @@ static bool reserve(strtab *table, size_t len) {
   return true;
 }
 
+uint32_t strtab_find(const strtab *table, const char *bytes, size_t len) {
+  if (len == 0) return 0;
+  if (len > STRTAB_MAX_LEN) len = STRTAB_MAX_LEN;
+  strtab_key key = {bytes, len};
+  uint32_t id = idindex_find(&table->index, idindex_hash_bytes(bytes, len), entry_equals, table, &key);
+  return id == IDINDEX_NONE ? STRTAB_ERROR : id;
+}
+
 uint32_t strtab_intern(strtab *table, const char *bytes, size_t len) {
   if (len == 0) return 0;
   if (len > STRTAB_MAX_LEN) len = STRTAB_MAX_LEN;

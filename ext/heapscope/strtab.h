@@ -22,6 +22,8 @@ void strtab_free(strtab *table);
 // (nothing is added then). Strings longer than STRTAB_MAX_LEN are cut to that length.
 #define STRTAB_MAX_LEN 4096
 uint32_t strtab_intern(strtab *table, const char *bytes, size_t len);
+// The id of bytes[0..len) (cut like strtab_intern) if the table holds it, else STRTAB_ERROR. Adds nothing.
+uint32_t strtab_find(const strtab *table, const char *bytes, size_t len);
 
 // Returns the bytes of id (not NUL-terminated) and stores their length in *len. The pointer stays
 // valid until the next strtab_intern on this table. An unknown id reads as "".

@@ -31,6 +31,9 @@ module Heapscope
       "HEAPSCOPE_TRACK_SIZES" => "1 measures object sizes (inuse_space), 0 counts objects only (default 1)",
       "HEAPSCOPE_SAMPLING" => "windowed or always: when the allocation hook is on (default windowed; always when HEAPSCOPE_SAMPLE_EVERY is 1)",
       "HEAPSCOPE_WINDOW_SHARE" => "fraction of time the allocation hook is on when windowed, above 0 and at most 1 (default 0.04)",
+      "HEAPSCOPE_LABEL_THREADS" => "1 labels every sample thread=<its thread's name> (default 0)",
+      "HEAPSCOPE_MAX_LABEL_SETS" => "distinct label sets kept, 1..1000000; past it new ones become \"(other)\" (default 1000)",
+      "HEAPSCOPE_LABELS" => "0 stops Rails apps' requests and jobs being labelled endpoint=Controller#action, job=JobClass (default 1)",
       "HEAPSCOPE_DIR" => "write profiles to this directory every HEAPSCOPE_INTERVAL and a final one at exit (unset, with no HEAPSCOPE_HTTP or HEAPSCOPE_PYROSCOPE_URL either: only the final one, in ./#{DEFAULT_DIR})",
       "HEAPSCOPE_INTERVAL" => "seconds between periodic files and Pyroscope pushes, 0.1..86400 (default 60)",
       "HEAPSCOPE_KEEP" => "keep the newest K profile files of the app in HEAPSCOPE_DIR (default 48)",
@@ -81,6 +84,7 @@ module Heapscope
           pyroscope: p.pyroscope,
           dumps: p.dumps,
           malloc_stats: p.boolean("HEAPSCOPE_MALLOC_STATS", true),
+          labels: p.boolean("HEAPSCOPE_LABELS", true),
         }
         {
           sample_every: ["HEAPSCOPE_SAMPLE_EVERY", 1, INT_MAX],
@@ -88,12 +92,15 @@ module Heapscope
           min_age: ["HEAPSCOPE_MIN_AGE", 0, INT_MAX],
           max_tracked_objects: ["HEAPSCOPE_MAX_TRACKED_OBJECTS", 1, INT_MAX],
           max_stacks: ["HEAPSCOPE_MAX_STACKS", 1, INT_MAX],
+          max_label_sets: ["HEAPSCOPE_MAX_LABEL_SETS", 1, 1_000_000],
         }.each do |key, (name, min, max)|
           value = p.integer(name, nil, min, max)
           config[:start][key] = value unless value.nil?
         end
         overhead = p.fraction("HEAPSCOPE_MAX_OVERHEAD")
         config[:start][:max_overhead] = overhead unless overhead == :unset
+        label_threads = p.boolean("HEAPSCOPE_LABEL_THREADS", nil)
+        config[:start][:label_threads] = label_threads unless label_threads.nil?
         sizes = p.boolean("HEAPSCOPE_TRACK_SIZES", nil)
         config[:start][:track_sizes] = sizes unless sizes.nil?
         sampling = p.one_of("HEAPSCOPE_SAMPLING", SAMPLING_MODES)

@@ -7,6 +7,7 @@ require "heapscope/pprof"
 require "heapscope/report/sampling"
 require "heapscope/report/sites"
 require "heapscope/memory"
+require "heapscope/rack_labels"
 
 module Heapscope
   # Heapscope::Rack serves profiles over HTTP with Go's net/http/pprof conventions, so
@@ -123,8 +124,10 @@ module Heapscope
     # app:        the next Rack app (middleware) or nil (a standalone app: other paths are 404).
     # source:     what profiles come from; anything answering running? and profile(gc:, type:).
     # gc_limiter: the GcLimiter for ?gc=1 (default: the process-wide GC_LIMITER).
-    def initialize(app = nil, source: nil, gc_limiter: nil)
+    # labels:     as middleware, label the app's requests with their endpoint (RackLabels); default true.
+    def initialize(app = nil, source: nil, gc_limiter: nil, labels: true)
       @app = app
+      @labels = app && labels ? RackLabels.new(app) : app
       @source = source || (require "heapscope"; Heapscope)
       @gc_limiter = gc_limiter || GC_LIMITER
     end
@@ -140,7 +143,7 @@ module Heapscope
       # A standalone app mounted with map("/somewhere"): everything below the mount point is its own.
       # At the root (the standalone listener, or `run` without map) only /debug/pprof is.
       mounted = @app.nil? && !script_name.empty?
-      return @app.call(env) if @app && !ours
+      return @labels.call(env) if @app && !ours
 
       # Where this app's index links point: /debug/pprof, or the mount point it was given.
       base = ours ? PREFIX : script_name

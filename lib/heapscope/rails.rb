@@ -119,12 +119,90 @@ module Heapscope
     end
   end
 
+  # Labels for Rails: each controller action's allocations get endpoint="UsersController#show", each
+  # Active Job's job="ReportJob" (lib/heapscope/labels.rb). Start/finish subscribers of the events Rails
+  # instruments around them: the label is set where the action starts and taken back where it ends, on
+  # the same fiber; the token travels in the event's payload. A name seen before costs two Hash lookups.
+  module RailsLabels
+    TOKEN = :__heapscope_labels
+
+    # Sets the label at an event's start and restores the labels before it at its finish. Subclasses
+    # find the label set for a payload in a cache nested by the payload's parts (no Array, no String
+    # made per request); a miss builds it inside Heapscope.internal.
+    class Subscriber
+      def initialize
+        @ids = {} # label set in force => part => part => id
+        @count = 0
+      end
+
+      def start(_name, _id, payload)
+        payload[TOKEN] = Labels.switch(id_for(payload))
+      rescue StandardError
+        nil # a label is never worth a failed request
+      end
+
+      def finish(_name, _id, payload)
+        token = payload[TOKEN]
+        Labels.switch(token) if token
+      end
+
+      private
+
+      def cached(first, second)
+        level = @ids[Thread.current[Labels::LOCAL] || 0]
+        level &&= level[first]
+        level && level[second]
+      end
+
+      def remember(first, second, labels)
+        parent = Thread.current[Labels::LOCAL] || 0
+        Heapscope.internal do
+          id = Labels.merged_id(labels, "RailsLabels")
+          if @count < RackLabels::PATH_LIMIT
+            ((@ids[parent] ||= {})[first] ||= {})[second] = id
+            @count += 1
+          end
+          id
+        end
+      end
+    end
+
+    # process_action.action_controller: endpoint="UsersController#show".
+    class Actions < Subscriber
+      def id_for(payload)
+        controller = payload[:controller]
+        action = payload[:action]
+        cached(controller, action) || remember(controller, action, { endpoint: "#{controller}##{action}" })
+      end
+    end
+
+    # perform.active_job: job="ReportJob".
+    class Jobs < Subscriber
+      def id_for(payload)
+        job = payload[:job]&.class
+        cached(job, nil) || remember(job, nil, { job: job&.name || "?" })
+      end
+    end
+
+    class << self
+      def subscribe
+        return if @subscribed
+
+        @subscribed = true
+        ActiveSupport::Notifications.subscribe("process_action.action_controller", Actions.new)
+        ActiveSupport::Notifications.subscribe("perform.active_job", Jobs.new)
+      end
+    end
+  end
+
   # The Railtie: config.heapscope, and the start once the app's initializers have set it.
   class Railtie < ::Rails::Railtie
     config.heapscope = ActiveSupport::OrderedOptions.new
 
     initializer "heapscope.start", after: :load_config_initializers do |app|
-      RailsIntegration.start(app.config.heapscope)
+      started = RailsIntegration.start(app.config.heapscope)
+      labels = ENV.fetch("HEAPSCOPE_LABELS", app.config.heapscope.labels).to_s.strip
+      RailsLabels.subscribe if started && !%w[0 false off no].include?(labels.downcase)
     end
   end
 end

@@ -51,8 +51,19 @@ module Heapscope
         end
       end
 
+      # Parsed by Labels.parse_by rather than an OptionParser list, which cannot take label:KEY (and
+      # would only say "invalid argument").
       def by_flag(parser, opts)
-        parser.on("--by WHAT", Sites::BY, "group by line, function or class (default: line)") { |v| opts[:by] = v }
+        parser.on("--by WHAT", "group by line, function, class or label:KEY (a label's value; default: line)") do |v|
+          opts[:by] = Labels.parse_by(v)
+        end
+      end
+
+      # --label KEY=VALUE, repeatable: every one must match (the selection is their intersection).
+      def label_flag(parser, opts)
+        parser.on("--label KEY=VALUE", "only samples whose label KEY is VALUE (exact; repeat to require several)") do |v|
+          (opts[:labels] ||= []) << Labels.parse_filter(v)
+        end
       end
 
       # Any positive N; one larger than the rows there are shows them all (so a huge N, even past 64

@@ -14,8 +14,8 @@ module Heapscope
     #   heapscope diff before.pb.gz after.pb.gz --html -o growth.html   # a flame graph coloured by growth
     class Diff < Command
       DESCRIPTION = "Compares two profiles site by site and marks a change as noise unless it exceeds twice its combined error."
-      USAGE = "usage: heapscope diff BASE NEW [--sample TYPE] [--by line|function|class] [-n 20] [--json] " \
-              "[--html [-o out.html]] [--max-size SIZE]"
+      USAGE = "usage: heapscope diff BASE NEW [--sample TYPE] [--by line|function|class|label:KEY] " \
+              "[--label KEY=VALUE]... [-n 20] [--json] [--html [-o out.html]] [--max-size SIZE]"
 
       def defaults
         { n: 20, by: "line" }
@@ -24,6 +24,7 @@ module Heapscope
       def options(parser, opts)
         sample_flag(parser, opts)
         by_flag(parser, opts)
+        label_flag(parser, opts)
         limit_flag(parser, opts)
         parser.on("--json", "print JSON for machines") { opts[:json] = true }
         parser.on("--html", "write a flame graph coloured by growth instead of text") { opts[:html] = true }
@@ -43,21 +44,30 @@ module Heapscope
         newer = load_profile(new_path)
         if @opts[:html]
           return Flamegraph.write(self.class.html(base, newer, base_path: base_path, new_path: new_path,
-                                                  sample: @opts[:sample]),
+                                                  sample: @opts[:sample], labels: @opts[:labels] || []),
                                   @opts[:output] || new_path.sub(/(\.pb)?(\.gz)?\z/, "") + "-diff.html", out)
         end
         data = self.class.report(base, newer, base_path: base_path, new_path: new_path,
-                                              **@opts.slice(:sample, :by, :n))
+                                              **@opts.slice(:sample, :by, :n, :labels))
         out.puts(@opts[:json] ? Escape.json(data) : self.class.text(data))
         0
       end
 
       # Computes the comparison as a Hash (what --json prints): "grew" largest growth first, "shrank"
       # largest shrink first, at most n each.
-      def self.report(base, newer, base_path: "base", new_path: "new", sample: nil, by: "line", n: 20)
+      #
+      # labels: [Labels::Filter], applied to both profiles: the change of what the matching samples hold
+      # (a value new in NEW has no samples in BASE, which is fine; matching nothing in either is an
+      # error). total_base and total_new stay the whole profiles'; selected_base and selected_new are
+      # the selection's.
+      def self.report(base, newer, base_path: "base", new_path: "new", sample: nil, by: "line", n: 20, labels: [])
         ti = Sites.sample_index(newer, sample, new_path)
         name, unit = newer.sample_types[ti]
         bi = Sites.sample_index(base, name, base_path)
+        Labels.check_by([base, newer], by, "#{base_path} and #{new_path}")
+        whole_base = base
+        whole_new = newer
+        base, newer = select_both(base, newer, labels, base_path, new_path)
         s_new = Sampling.new(newer)
         s_base = Sampling.new(base)
         new_sites = Sites.aggregate(newer, by, cum: [])
@@ -82,12 +92,13 @@ module Heapscope
           }
         end
         rows.reject! { |r| r["change"].zero? }
-        total_base = base.samples.sum { |s| s.values[bi] }
-        total_new = newer.samples.sum { |s| s.values[ti] }
         {
           "base_file" => base_path, "new_file" => new_path, "sample_type" => name, "unit" => unit, "by" => by,
-          "total_base" => total_base, "total_new" => total_new, "sampling_base" => s_base.describe,
+          "total_base" => whole_base.samples.sum { |s| s.values[bi] },
+          "total_new" => whole_new.samples.sum { |s| s.values[ti] }, "sampling_base" => s_base.describe,
           "sampling_new" => s_new.describe,
+          "labels" => Labels.summary([whole_base, whole_new]), "label_filter" => Labels.filter_json(labels || []),
+          "selected_base" => base.samples.sum { |s| s.values[bi] }, "selected_new" => newer.samples.sum { |s| s.values[ti] },
           "grew" => rows.select { |r| r["change"].positive? }.sort_by { |r| [-r["change"], r["name"]] }.first(n),
           "shrank" => rows.select { |r| r["change"].negative? }.sort_by { |r| [r["change"], r["name"]] }.first(n),
           "grew_total" => rows.count { |r| r["change"].positive? },
@@ -105,6 +116,14 @@ module Heapscope
                  "Type: #{data["sample_type"]}, by #{data["by"]}",
                  "Total: #{Units.format(data["total_base"], unit)} -> #{Units.format(data["total_new"], unit)} " \
                  "(#{Units.signed(change, unit)}#{pct})"]
+        keys = Labels.summary_text(data["labels"])
+        lines.insert(3, "Labels: #{keys}") if keys
+        if (filter = data["label_filter"]) && !filter.empty?
+          sel = data["selected_new"] - data["selected_base"]
+          lines << "Selected: samples with #{Labels.filter_text(filter)}: " \
+                   "#{Units.format(data["selected_base"], unit)} -> #{Units.format(data["selected_new"], unit)} " \
+                   "(#{Units.signed(sel, unit)})"
+        end
         [["Grew", "grew"], ["Shrank", "shrank"]].each do |title, key|
           rows = data[key]
           lines << ""
@@ -131,15 +150,30 @@ module Heapscope
         change.abs <= 2 * err
       end
 
-      # The flame graph of NEW coloured by growth since BASE (red grew, blue shrank).
-      def self.html(base, newer, base_path:, new_path:, sample: nil)
+      # The profiles' selections by labels ([base, newer] themselves without filters); Error when neither
+      # has a matching sample.
+      def self.select_both(base, newer, labels, base_path, new_path)
+        picked = [Labels.select(base, labels), Labels.select(newer, labels)]
+        if !labels.to_a.empty? && picked.all? { |p| p.samples.empty? }
+          raise Labels.no_match([base, newer], labels, "#{base_path} and #{new_path}")
+        end
+
+        picked
+      end
+
+      # The flame graph of NEW coloured by growth since BASE (red grew, blue shrank); with labels, of
+      # the matching samples only. Its label selectors (Flamegraph.add_label_views) show one value's diff.
+      def self.html(base, newer, base_path:, new_path:, sample: nil, labels: [])
         ti = Sites.sample_index(newer, sample, new_path)
         Sites.sample_index(base, newer.sample_types[ti][0], base_path)
+        base, newer = select_both(base, newer, labels, base_path, new_path)
         data = Flamegraph.tree([newer, base])
         data.merge!("types" => Flamegraph.types(newer), "type" => ti, "icicle" => false)
+        Flamegraph.add_label_views(data, [newer, base], labels, ti)
         FlamegraphPage.render(
           data, title: "heapscope diff: #{File.basename(base_path)} -> #{File.basename(new_path)}",
-                meta: "base #{base_path} (#{base.samples.size} samples), new #{new_path} (#{newer.samples.size} samples)",
+                meta: "base #{base_path} (#{base.samples.size} samples), new #{new_path} (#{newer.samples.size} samples)" \
+                      "#{Flamegraph.labels_note(data, labels)}",
                 help: "Width is the new profile's value (switch to base with Width). Red frames grew since the " \
                       "base, blue ones shrank; the deeper the colour, the larger the change. Hover for base, new " \
                       "and change; click to zoom, Escape to reset.#{Flamegraph.capped_note(data)}"

@@ -46,25 +46,34 @@ module Heapscope
         (function () {
           "use strict";
           var D = JSON.parse(document.getElementById("hs-data").textContent);
-          var N = D.parent.length, ROW = 18, i;
-          var kids = [], depth = new Int32Array(N);
-          for (i = 0; i < N; i++) kids.push([]);
-          for (i = 1; i < N; i++) { kids[D.parent[i]].push(i); depth[i] = depth[D.parent[i]] + 1; }
-          function fn(i) { return D.frames[D.frame[i]][0]; }
+          // T is the tree drawn: the whole profile's (D) or a label value's (D.views[k], the same arrays,
+          // its frames in D.frames), swapped by use().
+          var ROW = 18, T, N, kids, depth;
+          function fn(i) { return D.frames[T.frame[i]][0]; }
           function where(i) {
-            var f = D.frames[D.frame[i]];
+            var f = D.frames[T.frame[i]];
             return f[1] ? f[1] + (f[2] > 0 ? ":" + f[2] : "") : "";
           }
-          // Children in name order, so a frame keeps its place when the sample type changes.
-          kids.forEach(function (k) {
-            k.sort(function (a, b) { var x = fn(a) + where(a), y = fn(b) + where(b); return x < y ? -1 : x > y ? 1 : 0; });
-          });
-          var st = { t: D.type, zoom: 0, icicle: !!D.icicle, base: false, re: null };
+          function use(tree) {
+            var i;
+            T = tree;
+            N = T.parent.length;
+            kids = [];
+            depth = new Int32Array(N);
+            for (i = 0; i < N; i++) kids.push([]);
+            for (i = 1; i < N; i++) { kids[T.parent[i]].push(i); depth[i] = depth[T.parent[i]] + 1; }
+            // Children in name order, so a frame keeps its place when the sample type changes.
+            kids.forEach(function (k) {
+              k.sort(function (a, b) { var x = fn(a) + where(a), y = fn(b) + where(b); return x < y ? -1 : x > y ? 1 : 0; });
+            });
+          }
+          use(D);
+          var st = { t: D.type, zoom: 0, icicle: !!D.icicle, base: false, re: null, view: -1, pick: null };
           var $ = function (id) { return document.getElementById(id); };
 
           function unit() { return D.types[st.t].unit; }
-          function cur(i) { return D.values[st.t][i]; }
-          function old(i) { return D.base ? D.base[st.t][i] : 0; }
+          function cur(i) { return T.values[st.t][i]; }
+          function old(i) { return T.base ? T.base[st.t][i] : 0; }
           // Width of a node: its value in the chosen type (a diff can size by the base instead).
           function size(i) { var v = st.base ? old(i) : cur(i); return v > 0 ? v : 0; }
           function selfOf(arr, i) { var v = arr[i]; kids[i].forEach(function (k) { v -= arr[k]; }); return v; }
@@ -110,7 +119,7 @@ module Heapscope
           var maxDelta = 1;
           function color(i) {
             if (st.re && matches(i)) return "#d34fe8";
-            if (D.base) {
+            if (T.base) {
               // Diff: red grew, blue shrank, white unchanged; intensity relative to the largest change.
               var d = cur(i) - old(i), a = Math.min(1, Math.abs(d) / maxDelta), c = Math.round(235 - 180 * a);
               return d > 0 ? "rgb(255," + c + "," + c + ")" : d < 0 ? "rgb(" + c + "," + c + ",255)" : "rgb(238,238,238)";
@@ -123,12 +132,12 @@ module Heapscope
 
           function render() {
             var svg = $("hs-svg"), W = Math.max(200, $("hs-graph").clientWidth), rects = [], maxDepth = 0;
-            if (D.base) {
+            if (T.base) {
               maxDelta = 1;
               for (var j = 1; j < N; j++) maxDelta = Math.max(maxDelta, Math.abs(cur(j) - old(j)));
             }
             // The zoomed node and its ancestors span the full width; below it, widths are proportional.
-            for (var a = st.zoom; ; a = D.parent[a]) { rects.push([a, 0, W]); if (a === 0) break; }
+            for (var a = st.zoom; ; a = T.parent[a]) { rects.push([a, 0, W]); if (a === 0) break; }
             var total = size(st.zoom);
             (function lay(node, x, scale) {
               kids[node].forEach(function (k) {
@@ -146,7 +155,7 @@ module Heapscope
               var full = n === 0 ? name : name + " (" + pct(cur(n), cur(0)) + ")";
               if (chars >= full.length) text = full;
               else if (chars >= 3) text = name.length > chars ? name.slice(0, chars - 1) + "\u2026" : name;
-              var dim = D.base ? "" : (st.re && !matches(n) ? " class=\"hs-dim\"" : "");
+              var dim = T.base ? "" : (st.re && !matches(n) ? " class=\"hs-dim\"" : "");
               out.push("<g data-i=\"" + n + "\" data-name=\"" + esc(name) + "\"" + dim + "><rect x=\"" + x.toFixed(1) +
                 "\" y=\"" + y + "\" width=\"" + Math.max(w - 0.5, 0.5).toFixed(1) + "\" height=\"" + (ROW - 1) +
                 "\" fill=\"" + color(n) + "\"></rect>" + (text ? "<text x=\"" + (x + 3).toFixed(1) + "\" y=\"" + (y + 13) + "\">" +
@@ -160,15 +169,17 @@ module Heapscope
 
           function status() {
             var t = D.types[st.t], total = cur(0), s = t.name + ": total " + human(total, t.unit);
-            if (D.base) s = t.name + ": base " + human(old(0), t.unit) + ", new " + human(total, t.unit) + ", change " + signed(total - old(0), t.unit);
+            if (T.base) s = t.name + ": base " + human(old(0), t.unit) + ", new " + human(total, t.unit) + ", change " + signed(total - old(0), t.unit);
+            // (Text only: the value is the application's string, set with textContent below.)
+            if (st.pick) s = "samples with " + st.pick + " (" + pct(total, D.values[st.t][0]) + " of all); " + s;
             if (st.zoom) s += "; zoomed on " + fn(st.zoom) + " (" + pct(cur(st.zoom), total) + ")";
             if (st.re) {
               // Count each matching stack once: skip matches under a matching ancestor.
               var m = 0;
               for (var j = 1; j < N; j++) {
                 if (!matches(j)) continue;
-                var up = D.parent[j], under = false;
-                for (; up !== 0; up = D.parent[up]) if (matches(up)) { under = true; break; }
+                var up = T.parent[j], under = false;
+                for (; up !== 0; up = T.parent[up]) if (matches(up)) { under = true; break; }
                 if (!under) m += cur(j);
               }
               s += "; matched " + human(m, t.unit) + " (" + pct(m, total) + " of total)";
@@ -181,45 +192,45 @@ module Heapscope
             var per = {}, t = D.types[st.t], total = cur(0);
             // Self values of one frame's nodes are disjoint sets of samples: their variances add.
             for (var j = 1; j < N; j++) {
-              var f = D.frame[j], e = per[f] || (per[f] = { i: j, self: 0, base: 0, v: 0, bv: 0 });
-              var se = errOf(D.errors, "self", j), be = errOf(D.base_errors, "self", j);
-              e.self += selfOf(D.values[st.t], j);
+              var f = T.frame[j], e = per[f] || (per[f] = { i: j, self: 0, base: 0, v: 0, bv: 0 });
+              var se = errOf(T.errors, "self", j), be = errOf(T.base_errors, "self", j);
+              e.self += selfOf(T.values[st.t], j);
               e.v = e.v === null || se === null ? null : e.v + se * se;
-              if (D.base) { e.base += selfOf(D.base[st.t], j); e.bv = e.bv === null || be === null ? null : e.bv + be * be; }
+              if (T.base) { e.base += selfOf(T.base[st.t], j); e.bv = e.bv === null || be === null ? null : e.bv + be * be; }
             }
             var rows = Object.keys(per).map(function (k) { return per[k]; })
               .filter(function (e) { return e.self !== 0 || e.base !== 0; });
-            rows.sort(function (a, b) { return D.base ? (b.self - b.base) - (a.self - a.base) : b.self - a.self; });
-            var head = D.base ? "<tr><th>base</th><th>new</th><th>change, error</th><th class=\"n\">site (self)</th></tr>"
+            rows.sort(function (a, b) { return T.base ? (b.self - b.base) - (a.self - a.base) : b.self - a.self; });
+            var head = T.base ? "<tr><th>base</th><th>new</th><th>change, error</th><th class=\"n\">site (self)</th></tr>"
                               : "<tr><th>self</th><th>share</th><th>error</th><th class=\"n\">site (self)</th></tr>";
             var body = rows.slice(0, 20).map(function (e) {
               var name = esc(fn(e.i)) + (where(e.i) ? " <span style=\"color:#777\">" + esc(where(e.i)) + "</span>" : "");
               var err = e.v === null ? null : Math.sqrt(e.v);
-              return D.base ? "<tr><td>" + human(e.base, t.unit) + "</td><td>" + human(e.self, t.unit) + "</td><td>" +
+              return T.base ? "<tr><td>" + human(e.base, t.unit) + "</td><td>" + human(e.self, t.unit) + "</td><td>" +
                   esc(changeText(e.self - e.base, e.bv === null ? null : quad(err, Math.sqrt(e.bv)), t.unit)) +
                   "</td><td class=\"n\">" + name + "</td></tr>"
                 : "<tr><td>" + human(e.self, t.unit) + "</td><td>" + pct(e.self, total) + "</td><td>" + relErr(err, e.self) +
                   "</td><td class=\"n\">" + name + "</td></tr>";
             });
-            $("hs-top").innerHTML = "<caption style=\"text-align:left\">" + (D.base ? "Largest growth" : "Top sites") +
+            $("hs-top").innerHTML = "<caption style=\"text-align:left\">" + (T.base ? "Largest growth" : "Top sites") +
               " by self " + esc(t.name) + "</caption>" + head + body.join("");
           }
 
           function tip(i, ev) {
             var t = D.types[st.t], lines = [fn(i)];
             if (where(i)) lines.push(where(i));
-            if (D.base) {
-              var ce = quad(errOf(D.errors, "cum", i), errOf(D.base_errors, "cum", i));
+            if (T.base) {
+              var ce = quad(errOf(T.errors, "cum", i), errOf(T.base_errors, "cum", i));
               lines.push(t.name + ": " + human(old(i), t.unit) + " -> " + human(cur(i), t.unit) + " (" +
                          changeText(cur(i) - old(i), ce, t.unit) + ")");
             } else {
-              var own = selfOf(D.values[st.t], i), oe = errOf(D.errors, "self", i);
+              var own = selfOf(T.values[st.t], i), oe = errOf(T.errors, "self", i);
               lines.push(t.name + ": " + human(cur(i), t.unit) + " (" + pct(cur(i), cur(0)) + " of total) " +
-                         relErr(errOf(D.errors, "cum", i), cur(i)) + ", self " + human(own, t.unit) + (own ? " " + relErr(oe, own) : ""));
+                         relErr(errOf(T.errors, "cum", i), cur(i)) + ", self " + human(own, t.unit) + (own ? " " + relErr(oe, own) : ""));
               // The paired types: bytes and objects of the same kind (inuse_space <-> inuse_objects).
               var stem = t.name.replace(/_(space|objects)$/, "");
               D.types.forEach(function (o, k) {
-                if (k !== st.t && o.name.replace(/_(space|objects)$/, "") === stem) lines.push(o.name + ": " + human(D.values[k][i], o.unit));
+                if (k !== st.t && o.name.replace(/_(space|objects)$/, "") === stem) lines.push(o.name + ": " + human(T.values[k][i], o.unit));
               });
             }
             var el = $("hs-tip");
@@ -245,7 +256,52 @@ module Heapscope
             o.value = k; o.textContent = t.name + " (" + t.unit + ")"; o.selected = k === st.t;
             sel.appendChild(o);
           });
-          sel.addEventListener("change", function () { st.t = +this.value; render(); table(); });
+          sel.addEventListener("change", function () { st.t = +this.value; labelTexts(); render(); table(); });
+
+          // Label selectors, one per user label key: a value's choice draws that value's tree (built
+          // when the page was written, see Flamegraph.add_label_views) and sets the other keys back to
+          // "all", since the trees are per value, not per combination. Every string here is the
+          // application's: options and labels get it as textContent, never as markup.
+          var picks = [];
+          (D.labels || []).forEach(function (L) {
+            var box = document.createElement("label"), s = document.createElement("select");
+            box.appendChild(document.createTextNode(L.key + " "));
+            var add = function (text, view) {
+              var o = document.createElement("option");
+              o.value = String(view); o.textContent = text;
+              s.appendChild(o);
+              return o;
+            };
+            var entries = [{ o: add("all", -1), name: "all", view: -1 }];
+            L.values.forEach(function (v) { entries.push({ o: add(v.name, v.view), name: v.name, view: v.view }); });
+            if (L.missing !== null) entries.push({ o: add(L.missing_name, L.missing), name: L.missing_name, view: L.missing });
+            if (L.more > 0) { var o = add(L.more + " more values (heapscope flamegraph --label " + L.key + "=VALUE)", -2); o.disabled = true; }
+            s.addEventListener("change", function () {
+              var v = +s.value;
+              picks.forEach(function (p) { if (p.select !== s) p.select.value = "-1"; });
+              st.view = v;
+              st.pick = null;
+              entries.forEach(function (e) { if (v >= 0 && e.view === v) st.pick = e.view === L.missing ? e.name : L.key + "=" + e.name; });
+              st.zoom = 0;
+              use(v < 0 ? D : D.views[v]);
+              render();
+              table();
+            });
+            box.appendChild(s);
+            $("hs-labels").appendChild(box);
+            picks.push({ select: s, entries: entries });
+          });
+          // Each value with its total in the sample type shown (the whole profile's for "all").
+          function labelTexts() {
+            var u = unit();
+            picks.forEach(function (p) {
+              p.entries.forEach(function (e) {
+                var tree = e.view < 0 ? D : D.views[e.view], v = tree.values[st.t][0];
+                e.o.textContent = e.name + " (" + (tree.base ? signed(v - tree.base[st.t][0], u) : human(v, u)) + ")";
+              });
+            });
+          }
+          labelTexts();
           $("hs-search").addEventListener("input", function () {
             var q = this.value.trim();
             if (!q) st.re = null;
@@ -281,6 +337,7 @@ module Heapscope
         </header>
         <div class="controls">
         <label>Sample type <select id="hs-type"></select></label>
+        <span id="hs-labels"></span>
         <span id="hs-sizeby" style="display:none"><label>Width <select id="hs-size"><option value="new">new</option><option value="base">base</option></select></label></span>
         <input id="hs-search" type="search" placeholder="Search functions or files (regexp)" aria-label="search">
         <button id="hs-reset" type="button">Reset zoom</button>

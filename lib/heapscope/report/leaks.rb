@@ -21,8 +21,8 @@ module Heapscope
     # rate * steady. So a steady leak ranks above a bigger one-off step and above churn.
     class Leaks < Command
       DESCRIPTION = "Follows a live value (default inuse_space) through a series of profiles of one process and lists the sites that keep growing."
-      USAGE = "usage: heapscope leaks FILE... | DIR [--sample TYPE] [--by line|function|class] [-n 20] [--json] " \
-              "[--max-size SIZE]"
+      USAGE = "usage: heapscope leaks FILE... | DIR [--sample TYPE] [--by line|function|class|label:KEY] " \
+              "[--label KEY=VALUE]... [-n 20] [--json] [--max-size SIZE]"
       # Matched against file names as bytes (/n): a name that is not UTF-8 must not stop the match.
       PROFILE_FILE = /\.(pb\.gz|pb|pprof|prof)\z/n.freeze
       # Objects that survived this many GCs count as old (Ruby promotes objects to the old generation
@@ -37,6 +37,7 @@ module Heapscope
       def options(parser, opts)
         parser.on("--sample TYPE", "the live value to follow (default: inuse_space)") { |v| opts[:sample] = v }
         by_flag(parser, opts)
+        label_flag(parser, opts)
         limit_flag(parser, opts)
         parser.on("--json", "print JSON for machines") { opts[:json] = true }
       end
@@ -48,7 +49,7 @@ module Heapscope
       def run(out)
         paths, note = self.class.expand(@args)
         series = paths.map { |p| [p, load_profile(p)] }
-        data = self.class.report(series, **@opts.slice(:sample, :by, :n))
+        data = self.class.report(series, **@opts.slice(:sample, :by, :n, :labels))
         data["note"] = note if note
         out.puts(@opts[:json] ? Escape.json(data) : self.class.text(data))
         0
@@ -98,11 +99,20 @@ module Heapscope
       end
 
       # series: [[path, Profile]]. Returns the ranking as a Hash (what --json prints).
-      def self.report(series, sample: "inuse_space", by: "line", n: 20)
+      #
+      # labels: [Labels::Filter]; each profile is then read as its matching samples only (a profile where
+      # none match counts as zero for every site: the endpoint had not run yet). Error when no profile
+      # of the series has a matching sample.
+      def self.report(series, sample: "inuse_space", by: "line", n: 20, labels: [])
+        wholes = series.map { |_, prof| prof }
+        Labels.check_by(wholes, by, "the series")
         points = series.map do |path, prof|
           ti = Sites.sample_index(prof, sample, path)
           t = prof.time_nanos.to_i.positive? ? prof.time_nanos / 1e9 : mtime(path)
-          { path: path, prof: prof, ti: ti, time: t }
+          { path: path, prof: Labels.select(prof, labels), ti: ti, time: t }
+        end
+        if !labels.to_a.empty? && points.all? { |p| p[:prof].samples.empty? }
+          raise Labels.no_match(wholes, labels, "the series (#{points.size} profiles)")
         end
         points.sort_by! { |p| [p[:time], p[:path]] }
         if points.map { |p| p[:time] }.uniq.size < 2
@@ -155,6 +165,7 @@ module Heapscope
           "minutes" => times.last.round(3), "sample_type" => name, "unit" => unit, "by" => by,
           "sampling" => Sampling.new(points.last[:prof]).describe, "old_age" => OLD_AGE,
           "growing_total" => rows.size, "sites" => rows.first(n),
+          "labels" => Labels.summary(wholes), "label_filter" => Labels.filter_json(labels || []),
         }
       end
 
@@ -221,6 +232,11 @@ module Heapscope
         lines = ["Profiles: #{data["profiles"].size} from #{first["time"]} to #{last["time"]} " \
                  "(#{duration(data["minutes"])}); #{data["sample_type"]} by #{data["by"]}; #{data["sampling"]}"]
         lines << "Note: #{data["note"]}" if data["note"]
+        keys = Labels.summary_text(data["labels"])
+        lines << "Labels: #{keys}" if keys
+        if (filter = data["label_filter"]) && !filter.empty?
+          lines << "Selected: samples with #{Labels.filter_text(filter)} in every profile"
+        end
         if data["sites"].empty?
           lines << "No site grew across the series."
           return lines.map { |l| Escape.terminal(l) }.join("\n")

@@ -3,6 +3,7 @@
 require "heapscope/pprof"
 require "heapscope/report/escape"
 require "heapscope/report/sampling"
+require "heapscope/report/labels"
 
 module Heapscope
   module Report
@@ -21,6 +22,8 @@ module Heapscope
     #             file count by function name.
     #   function  the leaf function, C functions included.
     #   class     the "class" label (heapscope profiles); "(no class label)" otherwise.
+    #   label:KEY the value of the label KEY (a user label such as endpoint, or any other key);
+    #             "(no KEY label)" for samples without it (Labels).
     # flat counts a sample at its site; cum counts it at every site in its stack (once per sample).
     #
     # A value vector holds one value per sample type and, when the profile carries variance labels
@@ -28,7 +31,7 @@ module Heapscope
     # add like their values, so a site's error comes out of the same sums (Sampling#absolute_error).
     module Sites
       BY = %w[line function class].freeze
-      NO_CLASS = "(no class label)"
+      NO_LABEL = :no_label # the row key of samples without the label grouped on
 
       # Entry is one row: name for display; flat is a value vector over all sample types (and their
       # variance columns), cum too, or a Hash {column => value} of the columns aggregate was asked for
@@ -97,11 +100,14 @@ module Heapscope
       # every type per site would cost sites x types (a profile can declare a million types). Entry#flat is a vector of every type, shared and frozen
       # for the sites that are never a leaf, so it costs types x leaf sites, which the input holds.
       def aggregate(prof, by, samples: prof.samples, cum: nil)
-        raise Error, "--by must be one of #{BY.join(", ")}, got #{by.inspect}" unless BY.include?(by)
+        key = Labels.by_key(by)
+        unless BY.include?(by) || key
+          raise Error, "--by must be one of #{BY.join(", ")} or label:KEY, got #{by.inspect}"
+        end
 
         var = Sampling.variance_labels(prof)
         n = prof.sample_types.size + (var ? var.size : 0) # the width of a value vector
-        return aggregate_classes(samples, n, var) if by == "class"
+        return aggregate_label(samples, n, var, key) if key
 
         # Location ids are 1..N in every writer we know: then an Array is the fastest map for values_at.
         dense = prof.locations.size * 4 + 1024
@@ -291,17 +297,27 @@ module Heapscope
         st[:order] << sid
       end
 
-      def aggregate_classes(samples, n, var)
+      # Rows by the value of one label (class for --by class): flat and cum are the same, the label being
+      # the sample's, not a frame's. Variance columns add per row like the values, so a row's error is
+      # its summed variance (or variance groups), as for a line.
+      def aggregate_label(samples, n, var, key)
         entries = {}
+        missing = Labels.missing_name(key)
         samples.each do |s|
           values = s.values
           next if values.all?(&:zero?)
 
           values = Sampling.with_variances(s, var) if var
 
-          cls = s.labels["class"]
-          cls = cls.nil? ? NO_CLASS : cls.to_s
-          e = entries[cls] ||= Entry.new(cls, cls, cls, "", 0, Array.new(n, 0), Array.new(n, 0))
+          v = s.labels[key]
+          # Rows are keyed by the value's text, and the samples without the label by a Symbol: a value
+          # that spells "(no endpoint label)" is still its own row (and a number label, gc_age, groups
+          # by its decimal form).
+          row = v.nil? ? NO_LABEL : v.to_s
+          e = entries[row] ||= begin
+            name = v.nil? ? missing : row
+            Entry.new(row, name, name, "", 0, Array.new(n, 0), Array.new(n, 0))
+          end
           add(e.flat, values)
           add(e.cum, values)
         end

@@ -12,8 +12,8 @@ module Heapscope
     #     8.0 MiB  80.1%  80.1%   8.0 MiB  80.1%     ±2%  Cache#store app/cache.rb:12
     class Top < Command
       DESCRIPTION = "Lists the sites holding (or allocating) the most in a profile, with the sampling error of each."
-      USAGE = "usage: heapscope top FILE [-n 20] [--sample TYPE] [--by line|function|class] [--cum] [--json] " \
-              "[--all] [--max-size SIZE]"
+      USAGE = "usage: heapscope top FILE [-n 20] [--sample TYPE] [--by line|function|class|label:KEY] " \
+              "[--label KEY=VALUE]... [--cum] [--json] [--all] [--max-size SIZE]"
 
       def defaults
         { n: 20, by: "line" }
@@ -23,6 +23,7 @@ module Heapscope
         limit_flag(parser, opts)
         sample_flag(parser, opts)
         by_flag(parser, opts)
+        label_flag(parser, opts)
         parser.on("--cum", "sort by cumulative value (default: flat)") { opts[:cum] = true }
         parser.on("--json", "print JSON for machines") { opts[:json] = true }
         parser.on("--all", "also list sites whose flat and cum are both zero (hidden by default)") { opts[:all] = true }
@@ -30,7 +31,7 @@ module Heapscope
 
       def run(out)
         path = @args.first
-        data = self.class.report(load_profile(path), path: path, **@opts.slice(:sample, :by, :cum, :n, :all))
+        data = self.class.report(load_profile(path), path: path, **@opts.slice(:sample, :by, :cum, :n, :all, :labels))
         if @opts[:json]
           out.puts Escape.json(data)
         else
@@ -42,8 +43,17 @@ module Heapscope
       # Computes the table as a Hash (what --json prints): entries sorted by flat (or cum), largest first.
       # Sites whose flat and cum values of the type shown are both zero (a line whose objects all died,
       # in an inuse view) are left out and counted as hidden, unless all: true.
-      def self.report(prof, path: "profile", sample: nil, by: "line", cum: false, n: 20, all: false)
+      #
+      # labels: [Labels::Filter]; the rows are then those of the matching samples only, and percentages
+      # stay shares of the whole profile's total (as `go tool pprof -tagfocus` shows them), so a row says
+      # how much of the heap that line holds for that endpoint; selected_total is the selection's sum.
+      def self.report(prof, path: "profile", sample: nil, by: "line", cum: false, n: 20, all: false, labels: [])
+        whole = prof
         ti = Sites.sample_index(prof, sample, path)
+        Labels.check_by([whole], by, path)
+        prof = Labels.select(whole, labels)
+        raise Labels.no_match([whole], labels, path) if !labels.to_a.empty? && prof.samples.empty?
+
         name, unit = prof.sample_types[ti]
         sampling = Sampling.new(prof)
         # cum of the type shown and of the types its object count and error are read from (pairs like
@@ -56,7 +66,7 @@ module Heapscope
         shown = all ? entries : entries.reject { |e| e.flat[ti].zero? && e.cum[ti].zero? }
         hidden = entries.size - shown.size
         entries = shown
-        total = prof.samples.sum { |s| s.values[ti] }
+        total = whole.samples.sum { |s| s.values[ti] }
         sort = cum ? :cum : :flat
         entries.sort_by! { |e| [-e.send(sort)[ti], e.name] }
         sum = 0
@@ -74,7 +84,9 @@ module Heapscope
         {
           "file" => path, "sample_type" => name, "unit" => unit, "by" => by, "sort" => sort.to_s,
           "total" => total, "sampling" => sampling.describe, "sample_every" => sampling.sample_every,
-          "memory" => memory(prof), "entries_total" => entries.size, "hidden_zero" => hidden, "entries" => rows,
+          "memory" => memory(whole), "entries_total" => entries.size, "hidden_zero" => hidden, "entries" => rows,
+          "labels" => Labels.summary([whole]), "label_filter" => Labels.filter_json(labels || []),
+          "selected_total" => prof.samples.sum { |s| s.values[ti] },
         }
       end
 
@@ -91,6 +103,13 @@ module Heapscope
         lines << "File: #{data["file"]}"
         lines << "Type: #{data["sample_type"]}, by #{data["by"]}, sorted by #{data["sort"]}; #{data["sampling"]}"
         hidden = data["hidden_zero"].to_i
+        keys = Labels.summary_text(data["labels"])
+        lines << "Labels: #{keys}" if keys
+        if (filter = data["label_filter"]) && !filter.empty?
+          text = Labels.filter_text(filter)
+          lines << "Selected: samples with #{text}: #{Units.format(data["selected_total"], unit)} " \
+                   "(#{fmt_pct(pct(data["selected_total"], data["total"]))} of the total; percentages are of the total)"
+        end
         lines << "Total: #{Units.format(data["total"], unit)}; showing #{data["entries"].size} of " \
                  "#{data["entries_total"]} sites#{hidden.positive? ? ", #{hidden} more at zero hidden (--all lists them)" : ""} " \
                  "(error: sampling error of the #{data["sort"]} value)"
