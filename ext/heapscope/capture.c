@@ -5,7 +5,9 @@
 #include <ruby/debug.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef HAVE_PRCTL
 #include <sys/prctl.h>
+#endif
 #include <time.h>
 #include <unistd.h>
 
@@ -103,7 +105,9 @@ static uint32_t with_thread_label(uint32_t set) {
   }
   char name[17] = {0};
   uint32_t labelled = set;
+#ifdef HAVE_PRCTL
   if (prctl(PR_GET_NAME, name, 0, 0, 0) == 0 && name[0] != '\0') labelled = labelsets_with(label_table, set, "thread", 6, name, strlen(name));
+#endif
   thread_labels[slot].thread = thread;
   thread_labels[slot].base = set;
   thread_labels[slot].labelled = labelled;

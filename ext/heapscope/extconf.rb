@@ -46,6 +46,8 @@ have_func("rb_objspace_reachable_objects_from_root")
 
 # glibc's allocator figures for the memory breakdown (memstats.h); elsewhere the breakdown omits them.
 have_func("mallinfo2", "malloc.h")
+# The thread label (label_threads) reads the native thread's name with prctl(PR_GET_NAME): Linux.
+have_func("prctl", "sys/prctl.h")
 
 abort "heapscope: zlib.h is missing (apt-get install zlib1g-dev)" unless have_header("zlib.h")
 abort "heapscope: libz is missing (apt-get install zlib1g-dev)" unless have_library("z", "deflateInit2_", "zlib.h")
