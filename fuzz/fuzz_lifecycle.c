@@ -71,17 +71,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 static void start(fz_input *in) {
   static const char *const shares[] = {"0.02", "0.3", "1.0"};
-  run("Heapscope::Native._start(%u, %u, %u, %s, %u, %u, 40, %s, %s, %s)", fz_below(in, 4) == 0 ? 1 + fz_below(in, 50) : 1,
+  run("Heapscope::Native._start(%u, %u, %u, %s, %u, %u, 40, %s, %s, %s, %s, %u)", fz_below(in, 4) == 0 ? 1 + fz_below(in, 50) : 1,
       1 + fz_below(in, 64), fz_below(in, 3), fz_below(in, 2) ? "true" : "false", 1 + fz_below(in, 5000),
       1 + fz_below(in, 200), fz_below(in, 2) ? "nil" : "0.5", fz_below(in, 2) ? "true" : "false",
-      shares[fz_below(in, 3)]);
+      shares[fz_below(in, 3)], fz_below(in, 2) ? "true" : "false", 1 + fz_below(in, 8));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_input in = {data, size};
   start(&in);
   for (int op = 0; op < 64 && in.left > 0; op++) {
-    switch (fz_below(&in, 11)) {
+    switch (fz_below(&in, 12)) {
       case 0: case 1: case 2: { // allocate at a site, keep or drop
         unsigned site = fz_below(&in, 4), n = fz_below(&in, 300);
         if (fz_below(&in, 2)) run("$fuzz_keep.concat(fz_site%u(%u))", site, n);
@@ -106,6 +106,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       case 9: run("Heapscope::Native._reset"); break;
       case 10: run("Heapscope::Native._stop"); start(&in); break;
+      case 11: // labels in force (the fiber-local the hook reads): a set (maybe past the cap), none, or a bogus id
+        switch (fz_below(&in, 3)) {
+          case 0: run("Thread.current[:__heapscope_labels] = Heapscope::Native._label_set([['k%u', 'v%u']]).abs", fz_below(&in, 3), fz_below(&in, 40)); break;
+          case 1: run("Thread.current[:__heapscope_labels] = nil"); break;
+          case 2: run("Thread.current[:__heapscope_labels] = %u", fz_below(&in, 100000)); break;
+        }
+        break;
     }
     check_invariants();
   }

@@ -103,9 +103,9 @@ static uint32_t with_thread_label(uint32_t set) {
     thread_labels[slot].uses++;
     return thread_labels[slot].labelled;
   }
-  char name[17] = {0};
   uint32_t labelled = set;
 #ifdef HAVE_PRCTL
+  char name[17] = {0};
   if (prctl(PR_GET_NAME, name, 0, 0, 0) == 0 && name[0] != '\0') labelled = labelsets_with(label_table, set, "thread", 6, name, strlen(name));
 #endif
   thread_labels[slot].thread = thread;
