@@ -102,21 +102,7 @@ class TestHttpAcceptance < Minitest::Test
 
   def test_rack_middleware_under_rackup_and_puma
     skip_unless_go
-    begin
-      rackup = Gem.bin_path("rackup", "rackup")
-      Gem.bin_path("puma", "puma")
-    rescue Gem::Exception
-      skip "the rackup and puma gems are not installed (bundle install)"
-    end
-    port = free_port
-    env = ruby_env("HEAPSCOPE_SAMPLE_EVERY" => "50", "HEAPSCOPE_SAMPLING" => "always")
-    _pid, _out, err = spawn_child(env, RbConfig.ruby, rackup, "-s", "puma", "-o", "127.0.0.1", "-p", port.to_s,
-                                  CONFIG_RU, dir: @tmp)
-    wait_for("rackup to listen", timeout: 30) do
-      http_get(port, "/").first == 200
-    rescue SystemCallError
-      false
-    end
+    port, err = start_rackup(ruby_env("HEAPSCOPE_SAMPLE_EVERY" => "50", "HEAPSCOPE_SAMPLING" => "always"), CONFIG_RU)
     20.times { assert_equal 200, http_get(port, "/leak").first }
     leak = "config.ru:#{line_of(CONFIG_RU, "# REQUEST LEAK")}"
     # By bytes puma's threads (each Thread's memsize includes its VM stack) outweigh 10,000 small

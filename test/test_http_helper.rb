@@ -153,13 +153,14 @@ module SurfacesTestHelper
     @children = []
   end
 
-  # Runs `go tool pprof -top -lines` on a URL or file; returns its output (profiles it saves go to
-  # @tmp, not ~/pprof).
-  def pprof_top(url, sample_index)
+  # Runs `go tool pprof -top -lines` on a URL or file, only the samples whose labels match tagfocus
+  # (KEY=VALUE) when given; returns its output (profiles it saves go to @tmp, not ~/pprof).
+  def pprof_top(url, sample_index, tagfocus: nil)
     require "open3"
+    focus = tagfocus ? ["-tagfocus=#{tagfocus}"] : []
     out, err, status = Timeout.timeout(60) do
       Open3.capture3({ "PPROF_TMPDIR" => @tmp, "HOME" => @tmp }, "go", "tool", "pprof", "-top", "-lines",
-                     "-sample_index=#{sample_index}", url)
+                     "-sample_index=#{sample_index}", *focus, url)
     end
     assert status.success?, "go tool pprof failed: #{err}"
     out
@@ -168,6 +169,26 @@ module SurfacesTestHelper
   # The first row of a -top table.
   def top_row(output)
     output.lines.drop_while { |l| !l.include?("flat%") }[1].to_s
+  end
+
+  # Serves config (a config.ru) with rackup and puma on a free port, with env; returns [port, stderr path]
+  # once it answers GET / with 200. Skips when the rackup or puma gem is missing.
+  def start_rackup(env, config)
+    begin
+      rackup = Gem.bin_path("rackup", "rackup")
+      Gem.bin_path("puma", "puma")
+    rescue Gem::Exception
+      skip "the rackup and puma gems are not installed (bundle install)"
+    end
+    port = free_port
+    _pid, _out, err = spawn_child(env, RbConfig.ruby, rackup, "-s", "puma", "-o", "127.0.0.1", "-p", port.to_s,
+                                  config, dir: @tmp)
+    wait_for("rackup to listen", timeout: 30) do
+      http_get(port, "/").first == 200
+    rescue SystemCallError
+      false
+    end
+    [port, err]
   end
 
   def ruby_env(extra = {})

@@ -25,10 +25,7 @@ class TestLabels < Minitest::Test
 
   # Objects of the sample type at the leak line, among samples whose labels match tagfocus (go tool pprof).
   def go_count(path, tagfocus, index: "inuse_objects", line: nil)
-    args = ["go", "tool", "pprof", "-top", "-lines", "-sample_index=#{index}"]
-    args << "-tagfocus=#{tagfocus}" if tagfocus
-    out, err, status = Open3.capture3({ "PPROF_TMPDIR" => @tmp, "HOME" => @tmp }, *args, path)
-    assert status.success?, err
+    out = pprof_top(path, index, tagfocus: tagfocus)
     return out[/accounting for (\d+)/, 1].to_i if line.nil?
 
     row = out.lines.find { |l| l.include?(line) }
@@ -189,12 +186,6 @@ class TestLabels < Minitest::Test
 
   def test_puma_app_two_routes_leaking_at_one_model_line
     skip_unless_go
-    begin
-      rackup = Gem.bin_path("rackup", "rackup")
-      Gem.bin_path("puma", "puma")
-    rescue Gem::Exception
-      skip "the rackup and puma gems are not installed (bundle install)"
-    end
     config = File.join(@tmp, "config.ru")
     File.write(config, <<~RUBY)
       require "heapscope"
@@ -213,14 +204,7 @@ class TestLabels < Minitest::Test
         [200, { "content-type" => "text/plain" }, ["ok"]]
       }
     RUBY
-    port = free_port
-    env = ruby_env("HEAPSCOPE_SAMPLE_EVERY" => "1", "HEAPSCOPE_SAMPLING" => "always")
-    spawn_child(env, RbConfig.ruby, rackup, "-s", "puma", "-o", "127.0.0.1", "-p", port.to_s, config, dir: @tmp)
-    wait_for("rackup to listen", timeout: 30) do
-      http_get(port, "/").first == 200
-    rescue SystemCallError
-      false
-    end
+    port, = start_rackup(ruby_env("HEAPSCOPE_SAMPLE_EVERY" => "1", "HEAPSCOPE_SAMPLING" => "always"), config)
     7.times { |i| assert_equal 200, http_get(port, "/orders/#{i + 1}").first }
     5.times { |i| assert_equal 200, http_get(port, "/users/#{i + 100}").first }
     path = File.join(@tmp, "heap.pb.gz")

@@ -118,14 +118,8 @@ class TestRails < Minitest::Test
     # The Railtie labels each action's samples endpoint=Controller#action (lib/heapscope/rails.rb).
     _, _, bytes = http_get(port, "/debug/pprof/allocs")
     File.binwrite(profile = File.join(@tmp, "allocs.pb.gz"), bytes)
-    focused = lambda do |tag|
-      out, e, st = Open3.capture3({ "PPROF_TMPDIR" => @tmp, "HOME" => @tmp }, "go", "tool", "pprof", "-top", "-lines",
-                                  "-sample_index=alloc_objects", "-tagfocus=#{tag}", profile)
-      assert st.success?, e
-      out
-    end
-    assert_includes focused.call("endpoint=LeaksController#create"), leak_line
-    refute_includes focused.call("endpoint=LeaksController#index"), leak_line
+    assert_includes pprof_top(profile, "alloc_objects", tagfocus: "endpoint=LeaksController#create"), leak_line
+    refute_includes pprof_top(profile, "alloc_objects", tagfocus: "endpoint=LeaksController#index"), leak_line
     # The index links below the mount point; the app's constraint keeps other hosts out (Rails' 404).
     status, _, body = http_get(port, "/debug/pprof/")
     assert_equal 200, status
@@ -192,6 +186,15 @@ class TestRails < Minitest::Test
     assert_equal "[false, nil]\n", out
     assert_equal "heapscope: config.heapscope.dir takes a String, a number, a Symbol, true or false, not an Array; " \
                  "profiling is off\n", err
+    # Labels for actions and jobs: on by default where profiling starts, off by the setting or the
+    # variable (the same parser as every setting: a bad value is named).
+    labels = "LeakApp.config.heapscope.enabled = true\n%s\nLeakApp.initialize!\np Heapscope::RailsLabels.subscribed?"
+    assert_equal "true\n", in_app(format(labels, "")).first
+    assert_equal "false\n", in_app(format(labels, "LeakApp.config.heapscope.labels = false")).first
+    assert_equal "false\n", in_app(format(labels, ""), env: { "HEAPSCOPE_LABELS" => "0" }).first
+    out, err = in_app(format(labels, "LeakApp.config.heapscope.labels = 'sometimes'"))
+    assert_equal "false\n", out
+    assert_match(/\Aheapscope: config\.heapscope\.labels="sometimes" is invalid: must be 1 or 0/, err)
     # A bad variable is still named as the variable.
     out, err = in_app(format(boot, ""), env: { "HEAPSCOPE_SAMPLE_EVERY" => "-1" })
     assert_equal "[false, nil]\n", out

@@ -185,6 +185,10 @@ module Heapscope
     end
 
     class << self
+      def subscribed?
+        @subscribed == true
+      end
+
       def subscribe
         return if @subscribed
 
@@ -200,9 +204,8 @@ module Heapscope
     config.heapscope = ActiveSupport::OrderedOptions.new
 
     initializer "heapscope.start", after: :load_config_initializers do |app|
-      started = RailsIntegration.start(app.config.heapscope)
-      labels = ENV.fetch("HEAPSCOPE_LABELS", app.config.heapscope.labels).to_s.strip
-      RailsLabels.subscribe if started && !%w[0 false off no].include?(labels.downcase)
+      # HEAPSCOPE_LABELS (config.heapscope.labels), read with every other setting by EnvConfig.
+      RailsLabels.subscribe if RailsIntegration.start(app.config.heapscope) && Auto.config&.fetch(:labels, true)
     end
   end
 end

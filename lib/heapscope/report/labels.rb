@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require_relative "../labels"
+
 module Heapscope
   module Report
     # (Sites defines it too, with its comment; declared here as well so this file loads on its own.)
@@ -20,9 +22,10 @@ module Heapscope
     module Labels
       PREFIX = "label:"
       OTHER = "(other)"
-      # heapscope's own labels: never listed as user labels (they are in every sample, and --by class
-      # already groups by class). --by label:KEY and --label still accept them: a key is a key.
-      RESERVED = /\A(?:class|gc_age|(?:alloc|inuse)_(?:objects|space)_(?:var|vg\d+))\z/.freeze
+      # heapscope's own labels (the ones Heapscope.with_labels refuses): never listed as user labels
+      # (they are in every sample, and --by class already groups by class). --by label:KEY and --label
+      # still accept them: a key is a key.
+      RESERVED = ::Heapscope::Labels::RESERVED
       # How many values an error message lists, and keys a header lists (a profile can have thousands).
       LIST = 10
 
