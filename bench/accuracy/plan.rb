@@ -11,13 +11,13 @@ require "optparse"
 require "etc"
 require_relative "case"
 
-USAGE = "usage: bench/accuracy/run [--quick] [--runs N] [--sample-every S] [--max-overhead X|off] [--cases a,b] [--jobs J] " \
+USAGE = "usage: bench/accuracy/run [--quick] [--runs N] [--sample-every S] [--max-overhead X|off] [--window-share C] [--cases a,b] [--jobs J] " \
         "[--min-samples K] [--strict-coverage] [--no-fail] [--no-setup] [--keep-profiles] [--json PATH]"
 
 workdir = ARGV.shift or abort(USAGE)
 cases = Accuracy.load_cases
 opts = { runs: nil, sample_every: 1000, quick: false, cases: cases.keys, jobs: 2, min_samples: 10,
-         strict_coverage: false, fail: true, setup: true, keep_profiles: false, json: nil, max_overhead: nil }
+         strict_coverage: false, fail: true, setup: true, keep_profiles: false, json: nil, max_overhead: nil, window_share: nil }
 parser = OptionParser.new do |o|
   o.banner = USAGE
   o.on("--quick", "smoke run: 8 runs, short cases (numbers are noisy; not for judging)") { opts[:quick] = true }
@@ -25,6 +25,11 @@ parser = OptionParser.new do |o|
   o.on("--sample-every S", Integer, "Heapscope.start(sample_every: S) in both modes (default 1000)") { |v| opts[:sample_every] = v }
   o.on("--max-overhead X", "Heapscope.start(max_overhead: X) in both modes; off for nil (default: heapscope's own)") do |v|
     opts[:max_overhead] = v == "off" ? "off" : Float(v)
+  rescue ArgumentError
+    raise OptionParser::InvalidArgument, v
+  end
+  o.on("--window-share C", "Heapscope.start(window_share: C) in the default mode, 0 < C <= 1 (default: heapscope's own)") do |v|
+    opts[:window_share] = Float(v)
   rescue ArgumentError
     raise OptionParser::InvalidArgument, v
   end
@@ -53,6 +58,9 @@ begin
   raise OptionParser::InvalidArgument, "--runs must be at least 2" if opts[:runs] && opts[:runs] < 2
   raise OptionParser::InvalidArgument, "--sample-every must be at least 1" if opts[:sample_every] < 1
   raise OptionParser::InvalidArgument, "--jobs must be at least 1" if opts[:jobs] < 1
+  if opts[:window_share] && !(opts[:window_share] > 0 && opts[:window_share] <= 1)
+    raise OptionParser::InvalidArgument, "--window-share must be above 0 and at most 1"
+  end
 rescue OptionParser::ParseError => e
   warn "bench/accuracy/run: #{e.message}\n#{USAGE}"
   exit 2
@@ -72,7 +80,7 @@ stamp = File.basename(workdir)
 plan = {
   "stamp" => stamp, "runs" => runs, "sample_every" => opts[:sample_every], "quick" => opts[:quick],
   "scale" => opts[:quick] ? 0.3 : 1.0, "cases" => selected, "min_samples" => opts[:min_samples],
-  "max_overhead" => opts[:max_overhead], "strict_coverage" => opts[:strict_coverage], "fail" => opts[:fail], "keep_profiles" => opts[:keep_profiles],
+  "max_overhead" => opts[:max_overhead], "window_share" => opts[:window_share], "strict_coverage" => opts[:strict_coverage], "fail" => opts[:fail], "keep_profiles" => opts[:keep_profiles],
   "json" => File.expand_path(opts[:json] || File.join(__dir__, "results", "#{stamp}.json")),
   "jobs" => opts[:jobs], "jobs_total" => jobs.size, "ruby" => RUBY_DESCRIPTION,
 }

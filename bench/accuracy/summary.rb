@@ -216,7 +216,7 @@ module Accuracy
          MODES.map { |m| secs[m] || "-" }.join("/"), res.ok? ? "pass" : "FAIL"]
       end
       ["", "== summary: #{plan["runs"]} runs per mode, sample_every #{plan["sample_every"]}" \
-           "#{plan["max_overhead"] ? ", max_overhead #{plan["max_overhead"]}" : ""}#{plan["quick"] ? ", --quick" : ""}; #{plan["ruby"]}", *render([head] + body).map { |l| "   #{l}" }]
+           "#{plan["max_overhead"] ? ", max_overhead #{plan["max_overhead"]}" : ""}#{plan["window_share"] ? ", window_share #{plan["window_share"]}" : ""}#{plan["quick"] ? ", --quick" : ""}; #{plan["ruby"]}", *render([head] + body).map { |l| "   #{l}" }]
     end
   end
 end
