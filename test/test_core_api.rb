@@ -202,7 +202,7 @@ class TestCoreAPI < Minitest::Test
     GC.start
     stats = Heapscope.stats
     %i[sampling window_share hook_on_share realized_share weight_scale allocations hook_allocations windows_opened
-       sync_jobs window_sample_every gc_registrations_deferred skipped_own].each { |key| assert stats.key?(key), key.to_s }
+       sync_jobs window_sample_every window_seen_share gc_registrations_deferred skipped_own].each { |key| assert stats.key?(key), key.to_s }
     assert_equal expected, stats[:sampling]
     assert_instance_of Float, stats[:hook_on_share]
     # (Ruby 3.1 changes windows at GCs only: two GCs may have opened none.)

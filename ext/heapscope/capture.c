@@ -1,5 +1,6 @@
 #include "capture.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <ruby/debug.h>
@@ -176,19 +177,31 @@ uint64_t capture_now_nanos(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-// The sampling rate for the countdown, given the overall rate 1 in every: inside windows, a share of
-// the time, it is every * share (schedule.h); the weight stays every.
-static uint32_t countdown_every(uint32_t every) {
-  if (!cap.config.windowed) return every;
-  double in_window = round((double)every * sched.share);
-  return in_window < 1.0 ? 1u : in_window > 4294967295.0 ? UINT32_MAX : (uint32_t)in_window;
+// A weight as a whole number: w itself when it is one, else floor(w) or floor(w) + 1 at random, with the
+// mean w, so that estimates stay unbiased (a weight's rounding adds a variance of at most 1/4).
+static uint32_t whole_weight(double w) {
+  if (!(w < 4294967295.0)) return UINT32_MAX;
+  double whole = round(w);
+  if (fabs(w - whole) < 1e-6 * w) return whole < 1.0 ? 1u : (uint32_t)whole;
+  double below = floor(w);
+  double u = (double)(sampler_random(&cap.sampler) >> 11) * (1.0 / 9007199254740992.0);
+  uint32_t weight = (uint32_t)below + (u < w - below ? 1u : 0u);
+  return weight < 1u ? 1u : weight;
 }
 
-// Loads the countdown to the next sample, at the rate in force (the budget's).
-static void draw_countdown(void) {
+// Loads the countdown to the next sample, at the rate in force (the budget's). Windowed, the rate inside
+// windows is 1 / share times that, and denser still where late sync points lost windows
+// (schedule_window_every); a sample weighs what its in-window rate makes it (schedule_weight).
+void capture_draw_countdown(void) {
   uint32_t every = cap.budget.current_every;
-  sampler_set_every(&cap.sampler, countdown_every(every));
-  cap.draw_weight = every;
+  if (!cap.config.windowed) {
+    sampler_set_every(&cap.sampler, every);
+    cap.draw_weight = every;
+  } else {
+    uint32_t in_window = schedule_window_every(&sched, every, cap.seen_share);
+    sampler_set_every(&cap.sampler, in_window);
+    cap.draw_weight = whole_weight(schedule_weight(&sched, in_window));
+  }
   cap.step = cap.countdown = sampler_next_countdown(&cap.sampler);
 }
 
@@ -224,7 +237,7 @@ __attribute__((noinline, cold)) static void on_countdown(VALUE tracepoint) {
     cap.countdown = UINT64_MAX; // the fail-safe: count down forever until capture_stop
     return;
   }
-  draw_countdown();
+  capture_draw_countdown();
 }
 
 static void on_newobj(VALUE tracepoint, void *unused) {
@@ -471,7 +484,9 @@ bool capture_start(const capture_config *config) {
   cap.started_allocations = capture_vm_allocations();
   cap.started_virtual = windows_virtual_now();
   cap.closed_windows_virtual = 0;
-  draw_countdown();
+  cap.seen_share = 0.0;
+  cap.next_density_check = cap.started_virtual + SCHEDULE_FIRST_RETUNE_NANOS;
+  capture_draw_countdown();
   if (config->windowed) {
     // Windows open and close at sync points: now, at GCs (which also register GC_END_MARK each time)
     // and at the ticker's jobs.
@@ -520,6 +535,7 @@ void capture_get_stats(capture_stats *stats) {
   stats->hook_allocations = !cap.config.windowed ? stats->vm_allocations
                             : cap.hook_allocations + (cap.window_open ? cap.step - cap.countdown : 0);
   stats->window_every = cap.sampler.sample_every;
+  stats->window_seen_share = cap.seen_share;
   stats->rate_adjustments = cap.budget.adjustments;
   stats->sampling_nanos = cap.budget.total_spent;
   stats->last_overhead = cap.budget.last_overhead;

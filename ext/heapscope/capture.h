@@ -64,6 +64,8 @@ typedef struct {
   uint64_t vm_allocations;    // allocations the VM made since start
   uint64_t hook_allocations;  // of which the allocation hook was on for (all of them when not windowed)
   uint32_t window_every;      // the sampling rate inside the current window (the rate when not windowed)
+  double window_seen_share;   // windowed: the share of allocations the hook had seen when the in-window
+                              // rate was last set (0: not yet; schedule_window_every)
   uint32_t current_every;     // the sampling rate in force (the budget may have lowered it)
   uint64_t rate_adjustments;  // times the budget changed the rate
   uint64_t sampling_nanos;    // time spent in sampling work and the GC hook

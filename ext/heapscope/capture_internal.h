@@ -89,6 +89,8 @@ typedef struct {
   uint64_t window_opened_virtual; // virtual time the current window opened
   uint64_t window_opened_allocations; // hook_allocations when it opened
   uint64_t closed_windows_virtual; // virtual time the closed windows were open for
+  double seen_share;              // the share of allocations the hook had seen at the last density check
+  uint64_t next_density_check;    // virtual time of the next (windows.c: update_density)
   const char *failure;    // set by capture_fail: sampling is off until the next start
   uint64_t invalid_seen;  // the recorder's invalid_records when last checked
   capture_stats stats;
@@ -115,6 +117,8 @@ size_t capture_vm_allocations(void); // the VM's allocation count (GC.stat's tot
 // Charges heapscope's own time since started (and the hook's cost for the allocations it saw) to
 // virtual time and to the budget.
 void capture_charge(uint64_t started);
+// Loads the countdown to the next sample at the rate in force (a new rate takes effect here).
+void capture_draw_countdown(void);
 
 // windows.c
 void windows_init(void);                    // from capture_init: job handles, interned keys

@@ -413,6 +413,7 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "own_ns", cs.own_nanos);
   set_u64(h, "skipped_own", cs.skipped_own);
   set_u64(h, "window_sample_every", cs.window_every);
+  set(h, "window_seen_share", DBL2NUM(cs.window_seen_share));
   set_u64(h, "gc_registrations_deferred", cs.gc_registrations_deferred);
   set_u64(h, "samples_taken", cs.samples_taken);
   set_u64(h, "tracked_objects", rs.tracked_objects);

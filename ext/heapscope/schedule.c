@@ -86,3 +86,14 @@ void schedule_note_sync_cost(schedule *s, double nanos) {
 }
 
 double schedule_weight(const schedule *s, uint32_t window_every) { return (double)window_every / s->share; }
+
+uint32_t schedule_window_every(const schedule *s, uint32_t every, double seen) {
+  double planned = (double)every * s->share;
+  double in_window = planned;
+  if (seen > 0.0 && seen < s->share) {
+    double floor_rate = planned / SCHEDULE_MAX_DENSER;
+    in_window = (double)every * seen < floor_rate ? floor_rate : (double)every * seen;
+  }
+  in_window = round(in_window);
+  return in_window < 1.0 ? 1u : in_window > 4294967295.0 ? UINT32_MAX : (uint32_t)in_window;
+}

@@ -17,6 +17,13 @@
 // allocation's inclusion probability is c / window_every = 1 / sample_every, the same for all: every
 // sample weighs sample_every (Horvitz-Thompson), a fixed number, never more.
 //
+// Sync points come late, and a window that ends before its sync point never opens, so the hook sees
+// fewer allocations than c (on an idle machine about 60% as many). Left so, a profile would rest on 60%
+// of the samples sample_every asks for. So the windows that do open are sampled more densely, by the
+// share of allocations the hook has been seen to miss (schedule_window_every, measured by capture at
+// fixed moments, from the past only), and each sample weighs window_every / c, less than sample_every;
+// the weight scale (capture.h) still corrects for the lost windows.
+//
 // Time is *virtual*: monotonic time minus heapscope's own work (sampling, the hook's cost per hook-on
 // allocation, sync jobs), which happens only while the hook is on and would otherwise stretch on-periods
 // over less of the program's own work: allocation-dense code would be under-sampled.
@@ -91,6 +98,15 @@ void schedule_note_sync_cost(schedule *s, double nanos);
 // so few that estimates spread more, their error bars covered the truth less often, and a run's share
 // of hook-on allocations swung past twice the share: docs/architecture.md. So delay does not lengthen
 // windows.)
+
+// How much denser than share * sample_every windows may be sampled (schedule_window_every).
+#define SCHEDULE_MAX_DENSER 4.0
+
+// The in-window rate, 1 in the result, for a rate of 1 in `every` overall (sample_every, or the overhead
+// budget's lower rate), given `seen`, the share of all allocations the hook has seen so far: round(every *
+// seen) while seen is below the share (at most SCHEDULE_MAX_DENSER times denser than every * share), else
+// every * share as schedule_init chose it; at least 1. seen <= 0 (nothing measured yet): every * share.
+uint32_t schedule_window_every(const schedule *s, uint32_t every, double seen);
 
 // What one sample taken inside a window at the in-window rate 1 in window_every stands for:
 // window_every / share (sample_every when window_every is the one schedule_init chose).

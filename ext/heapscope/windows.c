@@ -19,6 +19,30 @@ static VALUE sym_malloc_increase_bytes, sym_malloc_increase_bytes_limit;
 
 uint64_t windows_virtual_now(void) { return capture_now_nanos() - __atomic_load_n(&own_nanos, __ATOMIC_RELAXED); }
 
+// At fixed moments of virtual time (as the schedule's retunes, so when it happens does not depend on
+// the chain), at a sync point outside the GC (GC.stat is not read inside one): the share of allocations
+// the hook has seen so far sets how densely windows are sampled from now on (schedule_window_every).
+// Only the past decides a rate, and each sample carries the weight of the rate it was drawn at, so
+// estimates stay unbiased.
+static void update_density(void) {
+  uint64_t now = windows_virtual_now();
+  if (now < cap.next_density_check) return;
+  while (cap.next_density_check <= now) cap.next_density_check += SCHEDULE_RETUNE_NANOS;
+  // What the open window has seen so far counts now, so the countdown can be drawn anew.
+  uint64_t seen = cap.window_open ? cap.step - cap.countdown : 0;
+  cap.hook_allocations += seen;
+  cap.uncharged_allocations += seen;
+  cap.step = cap.countdown;
+  size_t vm = capture_vm_allocations() - cap.started_allocations;
+  if (vm == 0 || cap.hook_allocations == 0) return;
+  uint32_t every = cap.budget.current_every;
+  uint32_t before = schedule_window_every(&sched, every, cap.seen_share);
+  cap.seen_share = (double)cap.hook_allocations / (double)vm;
+  // The countdown left was drawn at the old rate; a new one is drawn at the new rate (memoryless: for a
+  // rate that did not change, the same law as going on).
+  if (schedule_window_every(&sched, every, cap.seen_share) != before) capture_draw_countdown();
+}
+
 static void open_window(void) {
   cap.window_opened_virtual = windows_virtual_now();
   cap.window_opened_allocations = cap.hook_allocations;
@@ -72,6 +96,7 @@ void windows_sync_outside_gc(void) {
   // profiles, as GCs cannot poll.)
   cap.gc_stress_polled = RTEST(rb_funcall(rb_mGC, id_stress, 0));
 #endif
+  if (cap.running && !cap.syncing && cap.failure == NULL) update_density(); // (a failure keeps its countdown)
   // Registering mallocs: a GC started in the middle would run its own sync and liveness pass while
   // the hook list is half changed. GC waits instead (where Ruby can disable it without finishing one).
 #ifdef HAVE_RB_GC_DISABLE_NO_REST

@@ -1,6 +1,7 @@
 // Unit tests for ext/heapscope/schedule.c: the chain is on for its share of the time, at any moment
 // chosen without looking at it (the property every estimate rests on), also after a retune; its path
-// does not depend on how often it is asked; weights are exactly sample_every.
+// does not depend on how often it is asked; weights are exactly sample_every, or exactly what a denser
+// in-window rate makes them.
 //
 // The statistical checks allow 5 standard errors: each fails by chance with probability below 1e-6.
 #include "../../ext/heapscope/schedule.h"
@@ -31,6 +32,25 @@ static void test_share_is_adjusted_to_whole_rates(void) {
   // The budget doubling the in-window rate doubles the weight.
   schedule_init(&s, 0.04, 1000, 0, 1);
   CHECK(schedule_weight(&s, 80) == 2000.0);
+}
+
+// Windows lost to late sync points are made up for by sampling the others more densely, within bounds,
+// and a sample's weight is what its in-window rate makes it.
+static void test_window_every_follows_the_share_seen(void) {
+  schedule s;
+  schedule_init(&s, 0.04, 1000, 0, 1);
+  CHECK_EQ_U64(schedule_window_every(&s, 1000, 0.0), 40);   // nothing measured yet
+  CHECK_EQ_U64(schedule_window_every(&s, 1000, 0.04), 40);  // no window lost
+  CHECK_EQ_U64(schedule_window_every(&s, 1000, 0.07), 40);  // more seen than planned: never sparser
+  CHECK_EQ_U64(schedule_window_every(&s, 1000, 0.025), 25); // 5/8 seen: 8/5 as dense
+  CHECK(schedule_weight(&s, 25) == 625.0);                  // 25 / 0.04: the sample stands for fewer
+  CHECK_EQ_U64(schedule_window_every(&s, 1000, 0.001), 10); // at most SCHEDULE_MAX_DENSER times denser
+  CHECK_EQ_U64(schedule_window_every(&s, 2000, 0.025), 50); // the budget's lower rate, alike
+  CHECK(schedule_weight(&s, 50) == 1250.0);
+  schedule_init(&s, 0.04, 10, 0, 1); // in-window rate already 1: it cannot go denser
+  CHECK_EQ_U64(schedule_window_every(&s, 10, 0.01), 1);
+  schedule_init(&s, 0.04, 1, 0, 1); // always on
+  CHECK_EQ_U64(schedule_window_every(&s, 1, 0.5), 1);
 }
 
 static void test_sample_every_one_is_always_on(void) {
@@ -128,6 +148,7 @@ static void test_retune_keeps_the_share(void) {
 
 int main(void) {
   test_share_is_adjusted_to_whole_rates();
+  test_window_every_follows_the_share_seen();
   test_sample_every_one_is_always_on();
   test_on_with_probability_share_at_any_moment();
   test_long_run_share_and_window_length();
