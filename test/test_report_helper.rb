@@ -131,10 +131,11 @@ module ReportHelper
             end
           end
         elsif section == :locations
+          # Newer pprof (Go 1.2x) prints "file:line:column"; ours has no columns, so the column goes.
           if line =~ /\A\s+(\d+): 0x\h+ (?:M=\d+ )?(.+) s=\d+\z/
-            current = locations[$1.to_i] = [$2]
+            current = locations[$1.to_i] = [$2.sub(/(:\d+):\d+\z/, '\\1')]
           elsif line =~ /\A\s+(.+) s=\d+\z/
-            current << $1
+            current << $1.sub(/(:\d+):\d+\z/, '\\1')
           end
         end
       end
