@@ -184,8 +184,7 @@ static uint32_t whole_weight(double w) {
   double whole = round(w);
   if (fabs(w - whole) < 1e-6 * w) return whole < 1.0 ? 1u : (uint32_t)whole;
   double below = floor(w);
-  double u = (double)(sampler_random(&cap.sampler) >> 11) * (1.0 / 9007199254740992.0);
-  uint32_t weight = (uint32_t)below + (u < w - below ? 1u : 0u);
+  uint32_t weight = (uint32_t)below + (sampler_uniform(&cap.sampler) < w - below ? 1u : 0u);
   return weight < 1u ? 1u : weight;
 }
 

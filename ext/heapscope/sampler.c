@@ -58,3 +58,5 @@ uint64_t sampler_seed_from_os(void) {
   }
   return seed;
 }
+
+double sampler_uniform(sampler *s) { return (double)(sampler_random(s) >> 11) * (1.0 / 9007199254740992.0); }

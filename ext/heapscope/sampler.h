@@ -34,6 +34,9 @@ uint64_t sampler_next_countdown(sampler *s);
 // A uniformly distributed 64-bit number (exposed for tests and for seeding after fork).
 uint64_t sampler_random(sampler *s);
 
+// A uniformly distributed double in [0, 1), from the top 53 bits of sampler_random.
+double sampler_uniform(sampler *s);
+
 // A seed from the OS's random source, falling back to time and pid.
 uint64_t sampler_seed_from_os(void);
 

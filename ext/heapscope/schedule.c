@@ -36,7 +36,7 @@ void schedule_init(schedule *s, double share, uint32_t sample_every, uint64_t no
     return;
   }
   // Stationary start: on with probability share; a memoryless period has the same law from any point.
-  s->on = (double)(sampler_random(&s->random) >> 11) * (1.0 / 9007199254740992.0) < s->share;
+  s->on = sampler_uniform(&s->random) < s->share;
   s->next_change = now + draw_period(s);
 }
 

@@ -19,6 +19,15 @@ static VALUE sym_malloc_increase_bytes, sym_malloc_increase_bytes_limit;
 
 uint64_t windows_virtual_now(void) { return capture_now_nanos() - __atomic_load_n(&own_nanos, __ATOMIC_RELAXED); }
 
+// Adds the allocations the hook has counted down since the countdown was last loaded to those it saw
+// (and to those not yet charged), so the countdown left can be kept or replaced.
+static void count_seen_allocations(void) {
+  uint64_t seen = cap.step - cap.countdown;
+  cap.hook_allocations += seen;
+  cap.uncharged_allocations += seen;
+  cap.step = cap.countdown;
+}
+
 // At fixed moments of virtual time (as the schedule's retunes, so when it happens does not depend on
 // the chain), at a sync point outside the GC (GC.stat is not read inside one): the share of allocations
 // the hook has seen so far sets how densely windows are sampled from now on (schedule_window_every).
@@ -29,10 +38,7 @@ static void update_density(void) {
   if (now < cap.next_density_check) return;
   while (cap.next_density_check <= now) cap.next_density_check += SCHEDULE_RETUNE_NANOS;
   // What the open window has seen so far counts now, so the countdown can be drawn anew.
-  uint64_t seen = cap.window_open ? cap.step - cap.countdown : 0;
-  cap.hook_allocations += seen;
-  cap.uncharged_allocations += seen;
-  cap.step = cap.countdown;
+  if (cap.window_open) count_seen_allocations();
   size_t vm = capture_vm_allocations() - cap.started_allocations;
   if (vm == 0 || cap.hook_allocations == 0) return;
   uint32_t every = cap.budget.current_every;
@@ -56,10 +62,7 @@ static void open_window(void) {
 // Ends the current window. The countdown keeps what is left of it for the next window: its law is
 // memoryless, so the next window's allocations are sampled as if this one had gone on.
 static void close_window(void) {
-  uint64_t seen = cap.step - cap.countdown;
-  cap.hook_allocations += seen;
-  cap.uncharged_allocations += seen;
-  cap.step = cap.countdown;
+  count_seen_allocations();
   recorder_close_window(cap.recorder, cap.window, cap.hook_allocations - cap.window_opened_allocations);
   uint64_t now = windows_virtual_now();
   cap.closed_windows_virtual += now > cap.window_opened_virtual ? now - cap.window_opened_virtual : 0;
