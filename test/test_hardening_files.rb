@@ -41,26 +41,32 @@ class TestHardeningFiles < Minitest::Test
                                             warn: ->(line) { @warnings << line })
   end
 
-  # Every millisecond stamp from now to seconds ahead, as the writer formats them.
-  def stamps(seconds)
-    now = Time.now.utc
-    Array.new((seconds * 1000).to_i) { |ms| (now + ms / 1000.0).strftime("%Y%m%dT%H%M%S.%LZ") }
-  end
-
-  # Plants a symlink to the secret at each name the writer of pid could use for seconds: the
-  # profile's name, and its temp name as the old writer predictably formed it (.NAME.tmp-PID).
-  # Returns the profile names covered.
-  # (20 s: on a loaded machine the writes can come several seconds after the planting started.)
-  def plant(pid, app:, final:, seconds: 20)
-    stamps(seconds).map do |stamp|
-      name = "#{app}-#{pid}-#{stamp}#{final ? "-final" : ""}.heap.pb.gz"
-      [name, ".#{name}.tmp-#{pid}"].each do |planted|
-        File.symlink(@secret, File.join(@dir, planted))
-      rescue Errno::EEXIST
-        nil
+  # Plants a symlink to the secret at each name the writer of pid could use from now until `ahead`
+  # seconds after planting ends: the profile's name (periodic and/or final, per `finals`), and its
+  # temp name as the old writer predictably formed it (.NAME.tmp-PID). The names are planted one
+  # millisecond stamp after another until the stamps lead the clock by `ahead`, so however slowly a
+  # loaded machine plants (last CI's took over 20 s for 20 s of names), every name of the next
+  # `ahead` seconds is there when this returns. Returns the profile names covered.
+  def plant(pid, app:, finals:, ahead: 10)
+    base = Time.now.utc
+    give_up = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 180
+    names = []
+    (0..).each do |ms|
+      stamp_time = base + Rational(ms, 1000)
+      break if stamp_time > Time.now.utc + ahead
+      flunk "planting cannot outrun the clock on this machine" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > give_up
+      stamp = stamp_time.strftime("%Y%m%dT%H%M%S.%LZ")
+      finals.each do |final|
+        name = "#{app}-#{pid}-#{stamp}#{final ? "-final" : ""}.heap.pb.gz"
+        names << name
+        [name, ".#{name}.tmp-#{pid}"].each do |planted|
+          File.symlink(@secret, File.join(@dir, planted))
+        rescue Errno::EEXIST
+          nil
+        end
       end
-      name
     end
+    names
   end
 
   def assert_secret_intact
@@ -75,7 +81,7 @@ class TestHardeningFiles < Minitest::Test
   end
 
   def test_symlinks_at_the_predicted_temp_and_final_names_are_never_followed
-    planted = plant(Process.pid, app: "web", final: false) + plant(Process.pid, app: "web", final: true)
+    planted = plant(Process.pid, app: "web", finals: [false, true])
     paths = Array.new(3) do
       sleep 0.01
       writer.write_now
@@ -101,7 +107,7 @@ class TestHardeningFiles < Minitest::Test
     Open3.popen3(env, RbConfig.ruby, "-e", script) do |stdin, stdout, stderr, wait|
       stdin.close
       pid = Timeout.timeout(30) { stdout.gets }.to_i
-      planted = plant(pid, app: "victim", final: true)
+      planted = plant(pid, app: "victim", finals: [true])
       File.write(go, "")
       err = Timeout.timeout(30) { stderr.read }
       assert wait.value.success?, err
