@@ -11,8 +11,7 @@
 # Each process is fresh (the hook cost is measured once per process). Prints one line per process and
 # the mean; needs a Ruby whose windowed mode has a ticker (3.3+), else windows change at GCs only.
 require "json"
-require "open3"
-require "rbconfig"
+require_relative "fresh_processes"
 
 STRETCHES = { "A" => 1, "B1" => 250, "B2" => 250, "B3" => 500, "C" => 100 }.freeze
 BURSTS = 1_000
@@ -48,20 +47,7 @@ def child(share)
                      hook_cost_ns: stats[:hook_cost_ns])
 end
 
-if ARGV.first == "--child"
-  child(Float(ARGV[1]))
-  exit
-end
-
-processes = Integer(ARGV.fetch(0, 4))
-share = Float(ARGV.fetch(1, 0.04))
-abort "usage: burst_coverage.rb [PROCESSES >= 1] [0 < share <= 1]" unless processes >= 1 && share.positive? && share <= 1
-lib = File.expand_path("../../lib", __dir__)
-results = Array.new(processes) do
-  out, err, status = Open3.capture3(RbConfig.ruby, "-I", lib, __FILE__, "--child", share.to_s)
-  abort "a child failed: #{err}" unless status.success?
-  JSON.parse(out.lines.last)
-end
+processes, share, results = FreshProcesses.main(__FILE__) { |child_share| child(child_share) }
 line = ->(label, cov, extra) { puts format("%-6s %s  %s", label, STRETCHES.keys.map { |k| format("%s %.4f", k, cov[k]) }.join("  "), extra) }
 results.each_with_index do |r, i|
   line.call("run #{i + 1}", r["coverage"], format("hook_on_share %.4f windows %d hook_cost_ns %.1f", r["hook_on_share"], r["windows"], r["hook_cost_ns"]))
