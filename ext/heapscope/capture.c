@@ -549,6 +549,7 @@ void capture_get_stats(capture_stats *stats) {
   }
   pthread_mutex_lock(&sched_lock);
   stats->share = sched.share;
+  stats->requested_share = cap.running && cap.config.windowed ? schedule_requested_share(&sched, windows_virtual_now()) : 1.0;
   stats->mean_window_nanos = sched.mean_on_nanos;
   stats->schedule_flips = sched.flips;
   pthread_mutex_unlock(&sched_lock);

@@ -57,6 +57,7 @@ typedef struct {
   uint64_t schedule_flips;    // windowed: changes of the schedule's state drawn
   double share;               // windowed: the share of (virtual) time the hook is meant to be on (1 when always)
   double realized_share;      // windowed: the share of virtual time it was on since start (see capture_weight_scale)
+  double requested_share;     // windowed: the share of virtual time "on" was requested since start (schedule.h)
   double mean_window_nanos;   // windowed: the schedule's mean window
   double hook_cost_nanos;     // windowed: an enabled hook's cost per allocation, as measured
   uint64_t own_nanos;         // heapscope's own time, left out of virtual time
@@ -96,11 +97,11 @@ void capture_prepare_snapshot(void);
 
 // What every weight is multiplied by in a profile (a ratio estimate): the share of time the schedule
 // meant the hook to be on for, over the share of allocations it really was on for (both counted exactly).
-// They differ because windows open and close at sync points, not at the chain's flips: a window shorter
-// than a sync job's delay is lost, GC pauses hold windows without allocations, and hook-on code runs
-// slower. Windows are still placed independently of the program, so every allocation had the same
-// probability of being in one, which the realized share measures. 1 when always sampling, and before
-// any window. Bounded to [0.5, 5]. Never raises.
+// They differ because the ticker wakes late (a window shorter than its delay is never requested: the
+// requested share, measured, is below the share), GC pauses hold windows without allocations, and
+// hook-on code runs slower than virtual time charges for. Windows are still placed independently of
+// the program, so every allocation had the same probability of being in one, which the ratio measures.
+// 1 when always sampling, and before any window. Bounded to [0.5, 5]. Never raises.
 double capture_weight_scale(void);
 // The same ratio before the bounds: where it is beyond them, estimates are biased (too low above 3).
 double capture_weight_scale_wanted(void);

@@ -396,6 +396,7 @@ static VALUE native_stats(VALUE self) {
   set(h, "rate_lowered", cs.current_every > capture_current_config()->sample_every || cs.rate_adjustments > 0 ? Qtrue : Qfalse);
   set(h, "hook_on_share", DBL2NUM(hook_on_share(&cs)));
   set(h, "realized_share", DBL2NUM(cs.realized_share));
+  set(h, "requested_share", DBL2NUM(cs.requested_share));
   set(h, "weight_scale", DBL2NUM(capture_weight_scale()));
   set(h, "weight_scale_wanted", DBL2NUM(capture_weight_scale_wanted()));
   set_u64(h, "allocations", cs.vm_allocations);

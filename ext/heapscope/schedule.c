@@ -28,15 +28,17 @@ void schedule_init(schedule *s, double share, uint32_t sample_every, uint64_t no
     .window_every = (uint32_t)every,
     .at = now,
     .next_retune = now + SCHEDULE_FIRST_RETUNE_NANOS,
+    .requested_since = now,
+    .started = now,
   };
   sampler_init(&s->random, 2, seed);
   if (s->share >= 1.0) {
-    s->on = true;
+    s->on = s->requested = true;
     s->next_change = UINT64_MAX; // always on
     return;
   }
   // Stationary start: on with probability share; a memoryless period has the same law from any point.
-  s->on = sampler_uniform(&s->random) < s->share;
+  s->on = s->requested = sampler_uniform(&s->random) < s->share;
   s->next_change = now + draw_period(s);
 }
 
@@ -73,6 +75,26 @@ bool schedule_state_at(schedule *s, uint64_t now) {
   }
   s->at = now;
   return s->on;
+}
+
+bool schedule_request(schedule *s, uint64_t now) {
+  bool on = schedule_state_at(s, now);
+  now = s->at; // never before an earlier request
+  if (on != s->requested) {
+    if (s->requested) s->requested_on_nanos += now - s->requested_since;
+    s->requested = on;
+    s->requested_since = now;
+  }
+  return on;
+}
+
+bool schedule_requested(const schedule *s) { return s->requested; }
+
+double schedule_requested_share(const schedule *s, uint64_t now) {
+  if (now < s->at) now = s->at;
+  if (now <= s->started) return s->requested ? 1.0 : 0.0;
+  uint64_t on = s->requested_on_nanos + (s->requested ? now - s->requested_since : 0);
+  return (double)on / (double)(now - s->started);
 }
 
 uint64_t schedule_next_event(const schedule *s) {

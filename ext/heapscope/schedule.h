@@ -8,21 +8,23 @@
 //
 // The hook's actual state can only change where heapscope gets control: at an interrupt check (a
 // postponed job a timer thread asks for when the chain flips, ticker.h) and inside a GC. At each such
-// sync point capture sets the hook to the chain's state *at that moment*. An allocation is therefore
-// sampled-from iff the chain was on at the last sync point before it; sync points come from the program
-// (its interrupt checks, its GCs), not from the chain, so that happens with probability c, wherever the
+// sync point capture sets the hook to the *requested* state: the chain's state as the ticker read it at
+// its last wake-up (schedule_request, below). An allocation is therefore sampled-from iff the requested
+// state was on at the program's last interrupt check before it, a moment the program chooses, not the
+// chain: that happens with the requested state's share of the time (about c, measured), wherever the
 // allocation falls: between GCs, after an idle phase, inside a long C call that checks no interrupts
-// (its allocations all see the state of the last sync before the call), in any thread. Inside a window
-// each allocation is sampled with probability 1 / window_every (a geometric countdown, sampler.h). An
-// allocation's inclusion probability is c / window_every = 1 / sample_every, the same for all: every
-// sample weighs sample_every (Horvitz-Thompson), a fixed number, never more.
+// (its allocations all see the state of the last interrupt check before the call), in any thread.
+// Inside a window each allocation is sampled with probability 1 / window_every (a geometric countdown,
+// sampler.h). An allocation's inclusion probability is c / window_every = 1 / sample_every, the same for
+// all: every sample weighs sample_every (Horvitz-Thompson), a fixed number, never more.
 //
-// Sync points come late, and a window that ends before its sync point never opens, so the hook sees
-// fewer allocations than c (on an idle machine about 60% as many). Left so, a profile would rest on 60%
-// of the samples sample_every asks for. So the windows that do open are sampled more densely, by the
-// share of allocations the hook has been seen to miss (schedule_window_every, measured by capture at
-// fixed moments, from the past only), and each sample weighs window_every / c, less than sample_every;
-// the weight scale (capture.h) still corrects for the lost windows.
+// The ticker wakes late (tens of microseconds), so windows shorter than that are never requested, and
+// the program runs slower while the hook is on than virtual time charges for: the hook sees fewer
+// allocations than c (on an idle machine about 60-75% as many). Left so, a profile would rest on that
+// share of the samples sample_every asks for. So windows are sampled more densely, by the share of
+// allocations the hook has been seen to miss (schedule_window_every, measured by capture at fixed
+// moments, from the past only), and each sample weighs window_every / c, less than sample_every; the
+// weight scale (capture.h) corrects for the allocations missed.
 //
 // Time is *virtual*: monotonic time minus heapscope's own work (sampling, the hook's cost per hook-on
 // allocation, sync jobs), which happens only while the hook is on and would otherwise stretch on-periods
@@ -70,6 +72,12 @@ typedef struct {
   uint64_t next_retune;  // virtual nanoseconds at which the mean window is retuned next
   double sync_nanos;     // a moving average of a sync job's cost (0: none measured yet)
   uint64_t flips;        // changes drawn so far
+  // The requested state (schedule_request): what the ticker last asked sync points to apply, and how
+  // long it has asked for "on" (virtual nanoseconds, closed periods only).
+  bool requested;
+  uint64_t requested_since; // virtual nanoseconds of the last request that changed it
+  uint64_t requested_on_nanos;
+  uint64_t started;         // virtual nanoseconds of schedule_init
   sampler random;        // the chain's own random numbers (not the allocation countdown's)
 } schedule;
 
@@ -82,6 +90,29 @@ void schedule_init(schedule *s, double share, uint32_t sample_every, uint64_t no
 // The chain's state at virtual time now, drawing its flips up to now. A now before the last one asked
 // counts as the last one (the chain never runs backwards).
 bool schedule_state_at(schedule *s, uint64_t now);
+
+// The requested state: the chain's state as the ticker read it at its last wake-up, which is what every
+// sync point applies while a ticker runs (schedule_requested), not the chain's state at the sync's own
+// moment. Why: a sync job runs at the first interrupt check after the ticker's request, so its moment
+// follows the chain's flips, and applying the chain's state *then* makes where the hook changes depend on
+// the chain (a window that ended before its job ran is lost; a flip the ticker has not woken for yet is
+// applied early). Applying the requested state instead makes every sync point behave as if one ran at
+// every interrupt check (test_schedule.c checks it allocation by allocation on a simulated program): the
+// hook's state at an allocation is the requested state at the program's last interrupt check before it,
+// a moment the program sets and the chain does not, so it is on with the requested state's share of the
+// time. That share is the chain's with its flips moved by the ticker's wake-up delays; windows shorter
+// than a delay are never requested (in Ruby processes here 70-90% of the share was), and it is measured
+// exactly (schedule_requested_share). On an idle machine the difference from the first rule did not show
+// in bench/accuracy (docs/architecture.md): the jobs' delays are short there.
+//
+// schedule_request reads the chain at now (as schedule_state_at) and makes that the requested state;
+// the ticker calls it at every wake-up, and so do sync points where no ticker runs (there every sync
+// point is its own wake-up). Returns the state.
+bool schedule_request(schedule *s, uint64_t now);
+// The state last requested (the chain's first state before any request).
+bool schedule_requested(const schedule *s);
+// The share of virtual time from schedule_init to now during which "on" was requested.
+double schedule_requested_share(const schedule *s, uint64_t now);
 
 // When the chain may flip next (virtual nanoseconds), as drawn so far: its next flip, or the next retune
 // moment if that comes first (it may redraw the flip). UINT64_MAX: never (a share of 1).

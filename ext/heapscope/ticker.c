@@ -50,7 +50,7 @@ static void *run(void *unused) {
     t.stats.wakeups++;
     pthread_mutex_lock(c->lock);
     uint64_t now_virtual = c->virtual_now();
-    bool on = schedule_state_at(c->schedule, now_virtual);
+    bool on = schedule_request(c->schedule, now_virtual);
     uint64_t next_event = schedule_next_event(c->schedule);
     pthread_mutex_unlock(c->lock);
 

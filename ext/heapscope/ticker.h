@@ -1,12 +1,14 @@
 // ticker: the timer thread of windowed sampling. A native thread that never touches Ruby: it sleeps
-// until the schedule's chain may flip (schedule.h) and, whenever the chain's state differs from the
-// hook's state as capture last applied it, asks for a sync through the trigger callback (capture posts a
+// until the schedule's chain may flip (schedule.h), reads it there, which makes that the requested
+// state (schedule_request), and, whenever that differs from the hook's state as capture last applied
+// it, asks for a sync through the trigger callback (capture posts a
 // postponed job: rb_postponed_job_trigger, which any thread may call). It asks again, at growing
 // intervals, while the two still differ: the job runs at the next interrupt check of the thread Ruby
 // flagged, and that thread may have gone to sleep meanwhile, with another one running.
 //
-// The ticker never decides anything itself: the state applied is always the chain's state at the
-// moment of the sync (capture.c), so a late or lost wake-up costs windows, never accuracy.
+// The ticker never decides anything itself: a sync applies the state requested at the ticker's last
+// wake-up (windows.c), so a late sync job moves a window, never loses it, and a late wake-up moves the
+// requested state's flips, whose share of time the schedule measures (schedule_requested_share).
 //
 // Contract: the schedule is shared with capture under config.lock, which the ticker holds only to read
 // the chain (never while sleeping). virtual_now is called with the lock held; applied and trigger

@@ -72,14 +72,17 @@ static void close_window(void) {
   capture_charge(capture_now_nanos());
 }
 
-// A sync point: sets the hook to the schedule's state at this moment (schedule.h). Inside the GC the
+// A sync point: sets the hook to the schedule's requested state (schedule.h). Inside the GC the
 // caller has made registering safe (it mallocs).
 void windows_sync(void) {
   // Registering mallocs, which may start a GC whose marking is a sync point too: that one waits.
   if (cap.syncing) return;
   cap.syncing = true;
+  // While the ticker runs, the state it requested at its last wake-up (schedule.h says why: applying the
+  // chain's state at this moment would make the moments the hook changes at depend on the chain); without
+  // it (Ruby 3.1, a forked child before its ticker restarts) each sync point reads the chain itself.
   pthread_mutex_lock(&sched_lock);
-  bool on = schedule_state_at(&sched, windows_virtual_now());
+  bool on = ticker_running() ? schedule_requested(&sched) : schedule_request(&sched, windows_virtual_now());
   pthread_mutex_unlock(&sched_lock);
   // Under GC.stress (watched on Ruby 3.1 only) every allocation collects: a window would make every
   // one of them a sampled GC too. Windows stay shut then (a debugging mode: its allocations are missed).

@@ -146,6 +146,62 @@ static void test_retune_keeps_the_share(void) {
   CHECK(schedule_next_event(&s) <= SCHEDULE_FIRST_RETUNE_NANOS);
 }
 
+// The property sync points rest on (schedule_request): a simulated program whose interrupt checks come
+// every 60 us, except in a 3 ms C call every 10 ms (none inside), allocating every microsecond
+// throughout; a ticker that wakes at the chain's flips 0-40 us late and requests a sync when the
+// requested state differs from the applied one; a sync job at the first interrupt check after that.
+// Applying the requested state, the hook's state at every allocation is exactly the requested state at
+// the program's last interrupt check before it, as if a sync ran at every interrupt check: a moment the
+// program chooses, not the chain, so allocations are seen with the requested share of the time, which
+// is measured. Applying the chain's state at the job's own moment instead (the first design) differs
+// from that wherever a window ended before its job ran.
+typedef struct {
+  uint64_t allocations, seen, mismatches;
+  double requested_share;
+} simulation;
+
+static simulation simulate_syncs(bool apply_requested, uint64_t seed) {
+  schedule s;
+  const uint64_t us = 1000, total = 20000000ull * us; // 20 s
+  schedule_init(&s, 0.04, 1000, 0, seed);
+  sampler lag;
+  sampler_init(&lag, 2, seed ^ 0x9e3779b97f4a7c15ull);
+  bool applied = schedule_request(&s, 0), pending = false, at_last_check = applied;
+  uint64_t next_wake = schedule_next_event(&s);
+  simulation sim = {0};
+  for (uint64_t t = 0; t < total; t += us) {
+    if (t >= next_wake) {
+      if (schedule_request(&s, t) != applied) pending = true;
+      next_wake = schedule_next_event(&s) + (uint64_t)(sampler_uniform(&lag) * 40.0) * us;
+    }
+    bool in_c_call = t % (10000 * us) >= 7000 * us;
+    if (!in_c_call && t % (60 * us) == 0) {
+      at_last_check = schedule_requested(&s);
+      if (pending) {
+        applied = apply_requested ? schedule_requested(&s) : schedule_state_at(&s, t);
+        pending = applied != schedule_requested(&s);
+      }
+    }
+    sim.allocations++;
+    sim.seen += applied;
+    sim.mismatches += applied != at_last_check;
+  }
+  sim.requested_share = schedule_requested_share(&s, total);
+  return sim;
+}
+
+static void test_sync_points_apply_the_requested_state_of_the_last_interrupt_check(void) {
+  for (uint64_t seed = 1; seed <= 3; seed++) {
+    simulation sim = simulate_syncs(true, seed);
+    CHECK_EQ_U64(sim.mismatches, 0);
+    // About 8000 windows of 100 us (plus 40 us of wake-up delay at most on either end): the requested
+    // share is the chain's, within 5 standard errors (relative error about sqrt(2 / 8000) = 1.6%).
+    CHECK(fabs(sim.requested_share - 0.04) < 5 * 0.04 * 0.016);
+    simulation old = simulate_syncs(false, seed);
+    CHECK(old.mismatches > old.allocations / 1000);
+  }
+}
+
 int main(void) {
   test_share_is_adjusted_to_whole_rates();
   test_window_every_follows_the_share_seen();
@@ -154,5 +210,6 @@ int main(void) {
   test_long_run_share_and_window_length();
   test_path_does_not_depend_on_asking();
   test_retune_keeps_the_share();
+  test_sync_points_apply_the_requested_state_of_the_last_interrupt_check();
   return check_report("test_schedule");
 }

@@ -25,7 +25,7 @@ static void trigger(void) {
   __atomic_fetch_add(&triggers, 1, __ATOMIC_RELAXED);
   if (!__atomic_load_n(&follow, __ATOMIC_RELAXED)) return;
   pthread_mutex_lock(&lock);
-  bool on = schedule_state_at(&sched, virtual_now());
+  bool on = schedule_requested(&sched); // as a sync job applies it while the ticker runs (windows.c)
   pthread_mutex_unlock(&lock);
   __atomic_store_n(&applied, on ? 1 : 0, __ATOMIC_RELAXED);
 }
