@@ -1,14 +1,17 @@
 // ticker: the timer thread of windowed sampling. A native thread that never touches Ruby: it sleeps
-// until the schedule's chain may flip (schedule.h), reads it there, which makes that the requested
-// state (schedule_request), and, whenever that differs from the hook's state as capture last applied
-// it, asks for a sync through the trigger callback (capture posts a
-// postponed job: rb_postponed_job_trigger, which any thread may call). It asks again, at growing
-// intervals, while the two still differ: the job runs at the next interrupt check of the thread Ruby
-// flagged, and that thread may have gone to sleep meanwhile, with another one running.
+// until the schedule's chain may flip (schedule.h), reads it there, which makes that the requested state
+// (schedule_request), and, whenever that differs from the hook's state as capture last applied it, asks
+// for a sync through the trigger callback (capture posts a postponed job: rb_postponed_job_trigger,
+// which any thread may call). It asks again, at growing intervals, while the two still differ: the job
+// runs at the next interrupt check of the thread Ruby flagged, and that thread may have gone to sleep
+// meanwhile, with another one running.
 //
 // The ticker never decides anything itself: a sync applies the state requested at the ticker's last
-// wake-up (windows.c), so a late sync job moves a window, never loses it, and a late wake-up moves the
-// requested state's flips, whose share of time the schedule measures (schedule_requested_share).
+// wake-up (windows.c), the state a sync at every interrupt check would have applied, so a job that
+// comes late because the program checked no interrupts changes nothing an allocation sees (one flagged
+// on a thread that went to sleep while another runs does, until a renewed request reaches the other).
+// A late wake-up moves the requested state's flips (a window shorter than the delay is never
+// requested), and the schedule measures the share of time that leaves (schedule_requested_share).
 //
 // Contract: the schedule is shared with capture under config.lock, which the ticker holds only to read
 // the chain (never while sleeping). virtual_now is called with the lock held; applied and trigger
