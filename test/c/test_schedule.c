@@ -156,7 +156,7 @@ static void test_retune_keeps_the_share(void) {
 // is measured. Applying the chain's state at the job's own moment instead (the first design) differs
 // from that wherever a window ended before its job ran.
 typedef struct {
-  uint64_t allocations, seen, mismatches;
+  uint64_t allocations, mismatches;
   double requested_share;
 } simulation;
 
@@ -183,7 +183,6 @@ static simulation simulate_syncs(bool apply_requested, uint64_t seed) {
       }
     }
     sim.allocations++;
-    sim.seen += applied;
     sim.mismatches += applied != at_last_check;
   }
   sim.requested_share = schedule_requested_share(&s, total);
