@@ -5,8 +5,9 @@
 # with the share of each part's allocations the hook saw (Heapscope::Testing.hook_allocations before
 # and after it), the share of parses it saw anything of, and the weight scale the run ended with.
 # A parse's allocations follow the hook's state at the last sync point before them (the call's start,
-# a GC inside it), so they are seen at about the planned share; Ruby code loses the windows that end
-# before their sync job runs. One global weight scale cannot be right for both.
+# a GC inside it), so they are seen at about the planned share; Ruby code loses the windows shorter than
+# the ticker's wake-up delay and runs slower with the hook on. One global weight scale cannot be right
+# for both.
 #
 #   ruby -Ilib bench/accuracy/ccall_coverage.rb [PROCESSES (4)] [share (0.04)]
 #
