@@ -101,7 +101,7 @@ bool schedule_state_at(schedule *s, uint64_t now);
 // hook's state at an allocation is the requested state at the program's last interrupt check before it,
 // a moment the program sets and the chain does not, so it is on with the requested state's share of the
 // time. That share is the chain's with its flips moved by the ticker's wake-up delays; windows shorter
-// than a delay are never requested (in Ruby processes here 70-90% of the share was), and it is measured
+// than a delay are never requested (in Ruby processes here 55-93% of the share was), and it is measured
 // exactly (schedule_requested_share). On an idle machine the difference from the first rule did not show
 // in bench/accuracy (docs/architecture.md): the jobs' delays are short there.
 //
