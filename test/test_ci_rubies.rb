@@ -27,7 +27,7 @@ class TestCiRubies < Minitest::Test
       summary = text.lines.grep(/\A\d+ runs, \d+ assertions, \d+ failures, \d+ errors, \d+ skips/).last
       assert summary, "Ruby #{version}: the Ruby suite printed no summary (it stopped early)"
       runs, _assertions, failures, errors, skips = summary.scan(/\d+/).map(&:to_i)
-      assert_equal [0, 0], [failures, errors], "Ruby #{version}: #{summary}"
+      assert_equal [0, 0], [failures, errors], "Ruby #{version}: #{summary}#{failure_details(text)}"
       # Every test file ran: as many tests as this run has, less this one (which skips there).
       assert_operator runs, :>=, own_test_count - 1, "Ruby #{version}: fewer tests ran than exist (#{summary.strip})"
       assert_operator skips, :<=, 1, "Ruby #{version}: tests were skipped (#{summary.strip})"
@@ -35,6 +35,16 @@ class TestCiRubies < Minitest::Test
   end
 
   private
+
+  # The failures and errors a suite's log reports, cut to a few thousand characters: CI shows only the
+  # end of its output, which is this run's, so a newer Ruby's failure must be repeated here to be seen.
+  def failure_details(text)
+    blocks = text.split(/^(?=\s*\d+\) (?:Failure|Error):$)/).drop(1)
+    blocks[-1] = blocks[-1].split(/^\d+ runs, /).first if blocks.any?
+    details = blocks.join.strip
+    details = "#{details[0, 4000]}\n[... #{details.size - 4000} more characters in the log]" if details.size > 4000
+    details.empty? ? "" : "\n#{details}\n"
+  end
 
   # The tests this run knows of (every Minitest::Test subclass loaded so far: rake loads every file first).
   def own_test_count
