@@ -107,10 +107,17 @@ class TestWindowedAccuracy < Minitest::Test
     end
     shares = runs.map { |r| r["stats"]["hook_on_share"] }
     mean_on = shares.sum / shares.size
+    requested = runs.sum { |r| r["stats"]["requested_share"] } / runs.size
     if ENV["HEAPSCOPE_ACCURACY_REPORT"]
-      puts format("%-9s hook on for %.4f of allocations on average, %.4f at most", name, mean_on, shares.max)
+      puts format("%-9s hook on for %.4f of allocations on average, %.4f at most; requested %.4f of the time",
+                  name, mean_on, shares.max, requested)
     end
-    assert_operator mean_on, :<=, 1.5 * SHARE, "#{name}: the hook was on for #{mean_on} of allocations on average (share #{SHARE})"
+    # On average the hook keeps to its share, or to what the ticker requested where load made that more
+    # (late wake-ups at windows' ends stretch them: docs/architecture.md, up to 1.9x the share measured
+    # beside six CPU-bound processes). A ticker asking for 4x its share is broken, not loaded.
+    assert_operator requested, :<=, [4 * SHARE, 1.0].min, "#{name}: the ticker requested #{requested} of the time on average (share #{SHARE})"
+    assert_operator mean_on, :<=, 1.5 * [SHARE, requested].max,
+                    "#{name}: the hook was on for #{mean_on} of allocations on average (share #{SHARE}, requested #{requested})"
     assert_unbiased(name, runs, "allocs", known_bias: allocs_known_bias)
     return if !judge_live || runs.first.dig("truth", "live").empty?
 

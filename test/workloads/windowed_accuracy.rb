@@ -117,7 +117,7 @@ GC.start # every live object in the heap profile has survived a GC (min_age 1)
 File.binwrite(File.join(out_dir, "allocs.pb.gz"), Heapscope.profile(type: :allocs))
 File.binwrite(File.join(out_dir, "heap.pb.gz"), Heapscope.profile)
 stats = Heapscope.stats
-puts JSON.generate(truth: truth, stats: stats.slice(:sampling, :hook_on_share, :windows_opened, :windows_skipped,
+puts JSON.generate(truth: truth, stats: stats.slice(:sampling, :hook_on_share, :requested_share, :windows_opened, :windows_skipped,
                                                      :realized_share, :mean_window_ns, :hook_cost_ns, :sync_latency_max_ns, :samples_taken,
                                                      :allocations, :gc_registrations_deferred))
 kept&.clear
