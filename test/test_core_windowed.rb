@@ -159,6 +159,26 @@ class TestCoreWindowed < Minitest::Test
     Heapscope.stats[:ticker_wakeups].positive?
   end
 
+  # Ruby 3.3-4.0 point a postponed job triggered from a non-Ruby thread at the thread that started
+  # last until it first runs (up to a 100 ms time slice): right after a plain Thread.new, 0 sync jobs in
+  # each of the next four 20 ms of a busy loop (3.3.8, 3.4.11, 4.0.5), where 5-20 run otherwise. So
+  # heapscope's own threads are handed the GVL once as they start (Heapscope.start_internal_thread),
+  # else the listener or writer that autostart starts would keep windows shut while the app boots.
+  def test_sync_jobs_run_right_after_heapscope_starts_its_own_thread
+    Heapscope.start(sampling: :windowed)
+    skip "windows change at GCs only on this Ruby (no ticker)" unless Heapscope::Native::WINDOWED_TICKER
+    gate = Thread::Queue.new
+    thread = Heapscope.start_internal_thread("heapscope-test") { gate.pop }
+    before = Heapscope.stats[:sync_jobs]
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.08
+    1_000.times { Object.new } while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    jobs = Heapscope.stats[:sync_jobs] - before
+    assert_operator jobs, :>=, 2, "sync jobs in 80 ms after starting a thread: #{Heapscope.stats}"
+  ensure
+    gate&.push(:stop)
+    thread&.join
+  end
+
   def test_windows_open_for_allocations_in_a_thread_while_the_main_thread_sleeps
     # Half the time on, so that on Ruby 3.1, whose windows change at GCs only, the worker's twenty GCs
     # open some too: the chain's states at GCs milliseconds apart (mean window 100 us) are about

@@ -116,11 +116,28 @@ module Heapscope
     end
 
     # Starts a heapscope thread named name (as `ps -T` and Thread#name show it) whose body is the
-    # block, excluded from sampling for its whole life. Returns the Thread.
+    # block, excluded from sampling for its whole life. Returns the Thread once it has run.
+    #
+    # Why wait: a new native thread makes itself the ractor's "running" thread as it starts, before it
+    # holds the GVL (Ruby 3.3-4.0, ruby_thread_set_native), and a postponed job triggered from a
+    # non-Ruby thread flags that thread. So until the new thread first runs (up to a 100 ms time slice
+    # while the caller computes) the windowed sampler's sync jobs would wait on it and no window would
+    # open or close. Handing it the GVL once here ends that at once.
     def start_internal_thread(name, &block)
-      thread = Thread.new { InternalThreads.internal_thread(&block) }
-      thread.name = name if thread.respond_to?(:name=)
-      thread
+      internal do
+        started = Thread::Queue.new
+        thread = Thread.new do
+          started << true
+          InternalThreads.internal_thread(&block)
+        end
+        thread.name = name if thread.respond_to?(:name=)
+        begin
+          started.pop
+        rescue ThreadError
+          nil # a trap handler may not wait: the thread runs at its next turn instead
+        end
+        thread
+      end
     end
   end
 end

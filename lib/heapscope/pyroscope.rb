@@ -130,10 +130,8 @@ module Heapscope
     def start
       Heapscope.internal do
         @stopping = false
-        @collector = Thread.new { Heapscope.internal_thread { collect_loop } }
-        @sender = Thread.new { Heapscope.internal_thread { send_loop } }
-        @collector.name = "heapscope-pyroscope-collect" if @collector.respond_to?(:name=)
-        @sender.name = "heapscope-pyroscope-send" if @sender.respond_to?(:name=)
+        @collector = Heapscope.start_internal_thread("heapscope-pyroscope-collect") { collect_loop }
+        @sender = Heapscope.start_internal_thread("heapscope-pyroscope-send") { send_loop }
         self
       end
     end
