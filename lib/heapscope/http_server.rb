@@ -23,7 +23,8 @@ module Heapscope
   # started). Defences, each answered with its own status before closing:
   #   - at most max_connections open client sockets (default 1024, or a quarter of the open-file
   #     limit if lower); at the limit a new connection evicts the oldest one that has no admitted
-  #     request (idle, still sending, or being answered with an error): 503 to it,
+  #     request (idle, still sending, or being answered with an error): 503 to it, and a lingering
+  #     close for up to GOODBYE_LINGERS such goodbyes at once,
   #   - the request line and headers must arrive within read_timeout seconds (408),
   #   - request line <= 8 KiB (414), headers <= 16 KiB and 100 lines (431), no body (413),
   #     bytes that cannot start a request line get 400 at once,
@@ -55,6 +56,11 @@ module Heapscope
     APP_TIMEOUT = Heapscope::Rack::MAX_SECONDS + 300
     # Connections over max_connections that may exist at once to be refused with a full 503.
     REFUSALS = 16
+    # Evicted or refused connections that may linger at once after their one-write 503 (half-closed,
+    # draining what the client still sends), so that a request still on its way when the 503 went out
+    # does not reset the connection and destroy the 503 (CI saw a burst of clients get resets). Beyond
+    # these, a goodbye closes at once. They hold a descriptor each for at most LINGER_SECONDS.
+    GOODBYE_LINGERS = 64
     # Deadlines are checked at most this often: a scan of every connection per expiry would be
     # quadratic under a flood.
     SWEEP_EVERY = 0.05
@@ -103,7 +109,7 @@ module Heapscope
         @port = @server.addr[1]
         reset_state
         begin
-          @thread = Thread.new { Heapscope.internal_thread { run } }
+          @thread = Heapscope.start_internal_thread("heapscope-http") { run }
         rescue ThreadError => e
           # At the thread limit: fail like a bind failure, which callers already handle (autostart says
           # "cannot listen: ...; the listener is off" and the application runs on).
@@ -112,7 +118,6 @@ module Heapscope
           @server = nil
           raise Errno::EAGAIN, "cannot start the listener thread (#{e.message})"
         end
-        @thread.name = "heapscope-http"
         self
       end
     end
@@ -195,6 +200,7 @@ module Heapscope
     def reset_state
       close_own_ios
       @conns = {}.compare_by_identity # insertion order is accept order: the oldest come first
+      @goodbyes = 0 # of @conns: lingering after a goodbye, not counted against max_connections
       @in_flight = 0
       @stopping = false
       @wake_r, @wake_w = IO.pipe # workers write a byte here to wake the loop when an answer is ready
@@ -227,6 +233,7 @@ module Heapscope
     ensure
       @conns.each_value(&:close)
       @conns.clear
+      @goodbyes = 0
       @pool.shutdown
     end
 
@@ -307,10 +314,10 @@ module Heapscope
 
     def admit(sock)
       conn = Http::Connection.new(sock, nil)
-      if @conns.size >= @max_connections && !evict_oldest
+      if open_count >= @max_connections && !evict_oldest
         # Every connection carries an admitted request. A few refusals at a time get a full reply
         # (written and lingered like any other); beyond those, one write and close.
-        return goodbye(sock, 503, "too many connections", { "retry-after" => "1" }) if @conns.size >= @max_connections + REFUSALS
+        return goodbye(sock, 503, "too many connections", { "retry-after" => "1" }) if open_count >= @max_connections + REFUSALS
 
         @conns[sock] = conn
         changed!
@@ -323,8 +330,13 @@ module Heapscope
 
     # Closes the oldest connection without an admitted request (idle, still sending its head, or
     # getting an error reply). Returns false when every connection carries an admitted request.
+    # Client connections that count against max_connections: all but the lingering goodbyes.
+    def open_count
+      @conns.size - @goodbyes
+    end
+
     def evict_oldest
-      victim = @conns.each_value.find { |conn| !conn.in_flight }
+      victim = @conns.each_value.find { |conn| !conn.in_flight && !conn.goodbye }
       return false unless victim
 
       @conns.delete(victim.sock)
@@ -334,14 +346,28 @@ module Heapscope
       true
     end
 
-    # A best-effort reply that costs the loop one non-blocking write, then close.
+    # A best-effort reply that costs the loop one non-blocking write, then a linger (up to
+    # GOODBYE_LINGERS at once) or a close.
     def goodbye(sock, status, message, extra = {})
       sock.read_nonblock(65_536, exception: false) # what was sent already: unread input makes close reset
       sock.write_nonblock(Http::Response.text(status, message, extra), exception: false)
+      return linger_goodbye(sock) if @goodbyes < GOODBYE_LINGERS
     rescue IOError, SystemCallError
       nil
     ensure
-      sock.close unless sock.closed?
+      sock.close unless sock.closed? || @conns.key?(sock)
+    end
+
+    def linger_goodbye(sock)
+      conn = Http::Connection.new(sock, nil)
+      conn.goodbye = true
+      conn.start_linger
+      return if conn.drain # the client already closed: the ensure above closes
+
+      @conns[sock] = conn
+      @goodbyes += 1
+      set_deadline(conn, clock + LINGER_SECONDS)
+      changed!
     end
 
     def on_readable(conn)
@@ -467,7 +493,7 @@ module Heapscope
     end
 
     def close(conn)
-      @conns.delete(conn.sock)
+      @goodbyes -= 1 if @conns.delete(conn.sock) && conn.goodbye
       changed!
       release(conn)
       conn.close

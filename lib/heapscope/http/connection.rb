@@ -84,6 +84,9 @@ module Heapscope
       # True while the request counts against the listener's max_requests (dispatched or writing
       # the app's answer). Such a connection carries an admitted request and is never evicted.
       attr_accessor :in_flight
+      # True for a connection the listener said goodbye to (evicted or refused beyond its limits) and
+      # lets linger: it no longer counts against max_connections and is never evicted again.
+      attr_accessor :goodbye
 
       def initialize(sock, deadline)
         @sock = sock
