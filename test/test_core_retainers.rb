@@ -36,6 +36,15 @@ class TestCoreRetainers < Minitest::Test
     end
   end
 
+  # The class's own instance variable (Ruby 4.0 keeps both kinds in a table the class points to).
+  class Registry
+    @items = []
+
+    class << self
+      attr_reader :items
+    end
+  end
+
   def setup
     Heapscope.start(sample_every: 1, max_overhead: nil, sampling: :always)
   end
@@ -85,6 +94,14 @@ class TestCoreRetainers < Minitest::Test
     path = Heapscope.retainers("#{FILE}:#{line_of("# CVAR SITE")}")[:paths].first
     assert_equal "constant TestCoreRetainers::Holder", path[:root]
     assert_equal [[nil, "Class TestCoreRetainers::Holder"], ["class variable @@kept", "Array"],
+                  ["[0]", "String (the sampled object)"]], hops(path)
+  end
+
+  def test_an_instance_variable_of_a_class
+    3.times { |i| Registry.items << +"registered #{i}" } # CLASS IVAR SITE
+    path = Heapscope.retainers("#{FILE}:#{line_of("# CLASS IVAR SITE")}")[:paths].first
+    assert_equal "constant TestCoreRetainers::Registry", path[:root]
+    assert_equal [[nil, "Class TestCoreRetainers::Registry"], ["@items (of the class)", "Array"],
                   ["[0]", "String (the sampled object)"]], hops(path)
   end
 

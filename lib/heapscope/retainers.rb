@@ -104,6 +104,7 @@ module Heapscope
       private
 
       def describe(category, objects, kinds, keys, cache)
+        objects, kinds = skip_variable_tables(objects, kinds, keys, cache)
         root = root_name(category, objects.first, kinds.first, cache)
         hops = objects.each_index.map do |k|
           { class: kinds[k] || class_name(objects[k]),
@@ -148,6 +149,29 @@ module Heapscope
           return ["a thread's stack or locals (Thread#{name ? " #{name.inspect}" : ""})", hops[(thread_at + 1)..]]
         end
         [root, hops]
+      end
+
+      # Ruby 4.0 keeps a class's variables (class variables, the class's own instance variables) in a
+      # VM-internal table that the class points to, so the path reads class -> table -> value. Where
+      # the object before the table names the value itself, the table is left out of the path.
+      def skip_variable_tables(objects, kinds, keys, cache)
+        k = 0
+        while k + 2 < objects.size
+          parent = objects[k]
+          if !parent.nil? && kinds[k].nil? && kinds[k + 1]&.start_with?("VM-internal") && kinds[k + 2].nil? &&
+             names_directly?(parent, objects[k + 2], keys, cache)
+            objects = objects[0..k] + objects[(k + 2)..]
+            kinds = kinds[0..k] + kinds[(k + 2)..]
+          end
+          k += 1
+        end
+        [objects, kinds]
+      end
+
+      def names_directly?(parent, child, keys, cache)
+        (cache[parent] ||= edges_of(parent, keys)).key?(child)
+      rescue StandardError
+        false
       end
 
       def kinds_internal?(hop)
