@@ -161,7 +161,7 @@ class TestCoreWindowed < Minitest::Test
 
   # Ruby 3.3-4.0 point a postponed job triggered from a non-Ruby thread at the thread that started
   # last until it first runs (up to a 100 ms time slice): right after a plain Thread.new, 0 sync jobs in
-  # each of the next four 20 ms of a busy loop (3.3.8, 3.4.11, 4.0.5), where 5-20 run otherwise. So
+  # each of the next four 20 ms of a busy loop (3.3.8, 3.4.11, 4.0.5), where 4-20 run otherwise. So
   # heapscope's own threads are handed the GVL once as they start (Heapscope.start_internal_thread),
   # else the listener or writer that autostart starts would keep windows shut while the app boots.
   def test_sync_jobs_run_right_after_heapscope_starts_its_own_thread

@@ -305,7 +305,7 @@ module Heapscope
     rescue Errno::EMFILE, Errno::ENFILE, Errno::ENOBUFS, Errno::ENOMEM
       # Out of descriptors: give one of ours back and pause accepting a moment, instead of spinning
       # on a listening socket that stays readable.
-      evict_oldest
+      evict_oldest(linger: false)
       @accept_after = clock + 0.1
       changed!
     rescue Errno::ECONNABORTED, Errno::EPROTO, Errno::EINTR
@@ -328,30 +328,31 @@ module Heapscope
       changed!
     end
 
-    # Closes the oldest connection without an admitted request (idle, still sending its head, or
-    # getting an error reply). Returns false when every connection carries an admitted request.
     # Client connections that count against max_connections: all but the lingering goodbyes.
     def open_count
       @conns.size - @goodbyes
     end
 
-    def evict_oldest
+    # Closes the oldest connection without an admitted request (idle, still sending its head, or
+    # getting an error reply). Returns false when every connection carries an admitted request.
+    # linger: false when its descriptor is wanted back at once (the process is out of them).
+    def evict_oldest(linger: true)
       victim = @conns.each_value.find { |conn| !conn.in_flight && !conn.goodbye }
       return false unless victim
 
       @conns.delete(victim.sock)
       changed!
       goodbye(victim.sock, 503, "closed: the listener is at its limit of #{@max_connections} open connections",
-              { "retry-after" => "1" })
+              { "retry-after" => "1" }, linger: linger)
       true
     end
 
     # A best-effort reply that costs the loop one non-blocking write, then a linger (up to
     # GOODBYE_LINGERS at once) or a close.
-    def goodbye(sock, status, message, extra = {})
+    def goodbye(sock, status, message, extra = {}, linger: true)
       sock.read_nonblock(65_536, exception: false) # what was sent already: unread input makes close reset
       sock.write_nonblock(Http::Response.text(status, message, extra), exception: false)
-      return linger_goodbye(sock) if @goodbyes < GOODBYE_LINGERS
+      return linger_goodbye(sock) if linger && @goodbyes < GOODBYE_LINGERS
     rescue IOError, SystemCallError
       nil
     ensure
