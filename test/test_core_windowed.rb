@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "core_helper"
+require "heapscope/http/worker_pool"
 
 # Windowed sampling's machinery (ext/heapscope/window.h, capture.c): hooks registered inside GCs only,
 # liveness exact without a permanent GC hook (compaction included), the hook-on share, threads and
@@ -177,6 +178,21 @@ class TestCoreWindowed < Minitest::Test
   ensure
     gate&.push(:stop)
     thread&.join
+  end
+
+  # The listener's worker threads too start through start_internal_thread (Http::WorkerPool's spawn):
+  # the first request a listener serves starts one.
+  def test_sync_jobs_run_right_after_the_listener_starts_a_worker
+    Heapscope.start(sampling: :windowed)
+    skip "windows change at GCs only on this Ruby (no ticker)" unless Heapscope::Native::WINDOWED_TICKER
+    pool = Heapscope::Http::WorkerPool.new(size: 1)
+    before = Heapscope.stats[:sync_jobs]
+    assert pool.submit(-> {}) # starts the worker; this thread goes on computing, as an application's would
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.08
+    1_000.times { Object.new } while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    assert_operator Heapscope.stats[:sync_jobs] - before, :>=, 2, "sync jobs in 80 ms after a worker started: #{Heapscope.stats}"
+  ensure
+    pool&.shutdown
   end
 
   def test_windows_open_for_allocations_in_a_thread_while_the_main_thread_sleeps

@@ -316,7 +316,7 @@ module Heapscope
       conn = Http::Connection.new(sock, nil)
       if open_count >= @max_connections && !evict_oldest
         # Every connection carries an admitted request. A few refusals at a time get a full reply
-        # (written and lingered like any other); beyond those, one write and close.
+        # (written and lingered like any other); beyond those, one write and a goodbye.
         return goodbye(sock, 503, "too many connections", { "retry-after" => "1" }) if open_count >= @max_connections + REFUSALS
 
         @conns[sock] = conn
@@ -334,7 +334,7 @@ module Heapscope
     end
 
     # Closes the oldest connection without an admitted request (idle, still sending its head, or
-    # getting an error reply). Returns false when every connection carries an admitted request.
+    # getting an error reply) that is not a goodbye already. Returns false when there is none.
     # linger: false when its descriptor is wanted back at once (the process is out of them).
     def evict_oldest(linger: true)
       victim = @conns.each_value.find { |conn| !conn.in_flight && !conn.goodbye }

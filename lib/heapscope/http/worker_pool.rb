@@ -15,14 +15,11 @@ module Heapscope
       # The reason the last thread could not be started, or nil.
       attr_reader :spawn_error
 
-      # spawn: called as spawn.call(name) { ... }, returns a started Thread (Thread.new by default).
+      # spawn: called as spawn.call(name) { ... }, returns a started Thread (by default
+      # Heapscope.start_internal_thread, which every heapscope thread starts through).
       def initialize(size:, spawn: nil)
         @size = size
-        @spawn = spawn || lambda do |name, &block|
-          thread = Thread.new(&block)
-          thread.name = name
-          thread
-        end
+        @spawn = spawn || ->(name, &block) { Heapscope.start_internal_thread(name, &block) }
         @jobs = Thread::Queue.new
         @threads = []
         @retry_at = nil
@@ -64,7 +61,8 @@ module Heapscope
         @retry_at = now + RETRY_SECONDS
       end
 
-      # The app's work for the listener is heapscope's: excluded from sampling (Heapscope.internal_thread).
+      # The app's work for the listener is heapscope's: excluded from sampling (Heapscope.internal_thread,
+      # which nests, so a spawn that excludes the thread already changes nothing).
       def work
         Heapscope.internal_thread do
           Thread.current.report_on_exception = false
