@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "dirhandle.h"
 #include "liveness.h"
 #include "memstats.h"
 #include "retainers.h"
@@ -538,6 +539,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mNative, "_profile", native_profile, 3);
   rb_define_singleton_method(mNative, "_malloc_stats", native_malloc_stats, 0);
   retainers_define(mNative);
+  dirhandle_define(mNative);
   rb_define_singleton_method(mNative, "_stats", native_stats, 0);
   rb_define_singleton_method(mNative, "_reset", native_reset, 0);
 

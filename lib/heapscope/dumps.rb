@@ -3,6 +3,7 @@
 require_relative "atomic_write"
 require_relative "internal"
 require_relative "memory"
+require_relative "output_dir"
 require_relative "periodic_writer"
 
 module Heapscope
@@ -15,7 +16,8 @@ module Heapscope
   #
   # Files: APP-PID-STAMP-rss.heap.pb.gz (written without a GC: no pause when memory is already high)
   # and APP-PID-STAMP-signal.heap.pb.gz (after a full GC: asked for), atomically, as every file
-  # heapscope writes; the periodic writer's rotation never removes them. Each carries the memory
+  # heapscope writes, into the directory opened once (OutputDir); the periodic writer's rotation never
+  # removes them. Each carries the memory
   # breakdown (memory.rb). One background thread ("heapscope-dumps", excluded from sampling) reads RSS
   # every check_interval seconds and does the writing; the signal handler only wakes it, so nothing
   # runs in trap context but a one-byte write. A handler the application had for the signal still runs
@@ -74,6 +76,7 @@ module Heapscope
       @rss_reader = rss_reader || -> { Dumps.rss }
       @warned = {}
       @counts = Hash.new(0)
+      @out = OutputDir.new(@dir)
     end
 
     # "SIGUSR2", "usr2", "USR2" -> "USR2"; raises ArgumentError for a signal heapscope does not take.
@@ -140,6 +143,7 @@ module Heapscope
     def after_fork
       Heapscope.internal do
         @thread = nil
+        @out.after_fork
         [@wake_r, @wake_w].each { |io| io&.close unless io&.closed? }
         @wake_r, @wake_w = IO.pipe
         @next_level = @threshold
@@ -181,12 +185,13 @@ module Heapscope
       nil
     end
 
-    # An unsafe directory is reported at start, not at the first dump (which may come weeks later).
+    # An unsafe directory is reported at start, not at the first dump (which may come weeks later), and
+    # the directory checked then is where dumps go (OutputDir).
     def preflight
       if @threshold && !@own_rss_reader && Dumps.rss.nil?
         @warn.call("heapscope: RSS cannot be read here (no /proc/self/status): no profile will be written for RSS")
       end
-      Heapscope::AtomicWrite.check_directory(@dir) if File.directory?(@dir)
+      @out.open_if_present
     rescue StandardError => e
       warn_once(e)
     end
@@ -236,7 +241,7 @@ module Heapscope
         next unless @source.running?
 
         path = PeriodicWriter.profile_path(@dir, @app_name, kind)
-        PeriodicWriter.write_profile(path, @source.profile(gc: gc, type: :heap))
+        @out.write(File.basename(path), @source.profile(gc: gc, type: :heap))
         @counts[kind.to_sym] += 1
         path
       rescue StandardError => e

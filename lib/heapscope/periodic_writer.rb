@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
-require "fileutils"
 require_relative "atomic_write"
 require_relative "internal"
+require_relative "output_dir"
 
 module Heapscope
   # PeriodicWriter writes a heap profile to dir every interval seconds from a background thread,
@@ -11,11 +11,19 @@ module Heapscope
   #   writer = Heapscope::PeriodicWriter.new(dir: "/var/tmp/prof", interval: 60, keep: 48, app_name: "web").start
   #
   # Files are named APP-PID-YYYYMMDDTHHMMSS.mmmZ.heap.pb.gz (the final one ends -final.heap.pb.gz),
-  # so forked children never collide with their parent. Each is written by Heapscope.write_atomically
-  # (atomic_write.rb): a hidden temp file with an unpredictable name (.NAME.tmp-PID-RANDOM), created
+  # so forked children never collide with their parent. The directory is opened once (OutputDir:
+  # every ancestor checked, then only its descriptor used) and each file written as AtomicWrite
+  # writes: a hidden temp file with an unpredictable name (.NAME.tmp-PID-RANDOM), created
   # exclusively, fsynced, then renamed: a reader, or a kill -9 at any moment, sees whole profiles
-  # only, and nothing planted in the directory can make it write elsewhere. Temp files left by dead
-  # processes are removed on rotation. Failures (disk full, unwritable or unsafe dir) warn once per
+  # only, and nothing planted in the directory, nor done to its path, can make it write elsewhere.
+  #
+  # Rotation counts and deletes only (1) the periodic files this process wrote, each checked (device
+  # and inode, as fstat said when it was written) to still be that very file, and (2) files named like
+  # this app's profiles that belong to this user, are plain files with one link, and are none of the
+  # names this process wrote: those of its earlier runs, of its forked workers and of a parent.
+  # Another user's file is never counted nor deleted, whatever its name and mtime. A final profile
+  # this process wrote counts but is never deleted. Temp files of dead processes are removed on
+  # rotation when they belong to this user. Failures (disk full, unwritable or unsafe dir) warn once per
   # error class and never raise. The thread excludes itself from sampling, and what runs on the
   # caller's thread (start, after_fork, write_now, write_final) runs in Heapscope.internal: the
   # writer's own objects never appear in the profiles it writes.
@@ -40,11 +48,9 @@ module Heapscope
       File.join(dir, "#{app_name}-#{Process.pid}-#{stamp}#{tag ? "-#{tag}" : ""}#{SUFFIX}")
     end
 
-    # Writes a profile's bytes to path atomically, creating its directory if missing (0755 before the
-    # umask: a directory heapscope creates is never writable by others). Raises what the write raises.
-    def self.write_profile(path, bytes)
-      FileUtils.mkdir_p(File.dirname(path), mode: 0o755)
-      Heapscope.write_atomically(path, bytes)
+    # APP-PID-STAMP.heap.pb.gz and APP-PID-STAMP-final.heap.pb.gz: what rotation counts.
+    def self.rotated_name(app_name)
+      /\A#{Regexp.escape(app_name)}-\d+-\d{8}T\d{6}\.\d{3}Z(-final)?#{Regexp.escape(SUFFIX)}\z/
     end
 
     attr_reader :dir, :interval, :keep, :app_name
@@ -67,6 +73,11 @@ module Heapscope
       @warn = warn || ->(line) { Kernel.warn(line) }
       @warned = {}
       @counts = Hash.new(0)
+      @out = OutputDir.new(@dir)
+      @rotated_name = PeriodicWriter.rotated_name(@app_name)
+      @temp_name = /\A\.#{Regexp.escape(@app_name)}-\d+-\d{8}T\d{6}\.\d{3}Z(?:-[a-z]+)?#{Regexp.escape(SUFFIX)}#{AtomicWrite::TEMP_PATTERN.source}/
+      @mine = {} # name => File::Stat as written, for each file this process wrote and has not removed
+      @finals = {} # names of the final profiles this process wrote: never removed
       reset_sync
     end
 
@@ -113,14 +124,11 @@ module Heapscope
       attempt(final: true, gc: gc)
     end
 
-    # Profile files of this app in dir, oldest first.
+    # The profile files rotation counts (see above), oldest first.
     def files
-      # app_name is limited to [A-Za-z0-9_.-], so it holds no glob metacharacters.
-      pattern = /\A#{Regexp.escape(@app_name)}-\d+-\d{8}T\d{6}\.\d{3}Z(-final)?#{Regexp.escape(SUFFIX)}\z/
-      Dir.glob("#{@app_name}-*#{SUFFIX}", base: @dir)
-         .select { |name| name.match?(pattern) }
-         .map { |name| File.join(@dir, name) }
-         .sort_by { |f| [mtime(f), File.basename(f)] }
+      Heapscope.internal do
+        @write_lock.synchronize { @out.use { |dir| counted(dir).map { |name, _| File.join(@dir, name) } } }
+      end
     end
 
     # Counters: written, failed, removed (by rotation).
@@ -132,6 +140,10 @@ module Heapscope
     def after_fork
       Heapscope.internal do
         reset_sync
+        @out.after_fork
+        # The parent's files are its own; the child counts them as the app's (by owner), no more.
+        @mine = {}
+        @finals = {}
         @thread = nil
         start unless @stopping
       end
@@ -139,10 +151,11 @@ module Heapscope
 
     private
 
-    # An unsafe directory is reported when the writer starts, not one interval later. (Each write
-    # checks again: the directory may be fixed, or made unsafe, while the application runs.)
+    # The directory is opened now when it exists, so an unsafe one is reported when the writer starts,
+    # not one interval later, and every write goes where it was when checked. (Each write checks the
+    # open directory again: it may be fixed, or made unsafe, while the application runs.)
     def preflight
-      Heapscope::AtomicWrite.check_directory(@dir) if File.directory?(@dir)
+      @out.open_if_present
     rescue StandardError => e
       warn_once(e)
     end
@@ -157,8 +170,11 @@ module Heapscope
         return [nil, nil] unless @source.running?
 
         path = PeriodicWriter.profile_path(@dir, @app_name, final ? "final" : nil)
+        name = File.basename(path)
         begin
-          PeriodicWriter.write_profile(path, @source.profile(gc: gc, type: :heap))
+          bytes = @source.profile(gc: gc, type: :heap)
+          @mine[name] = @out.write(name, bytes)
+          @finals[name] = true if final
           @counts[:written] += 1
           rotate
           [path, nil]
@@ -200,26 +216,79 @@ module Heapscope
       warn_once(e)
     end
 
-    # Keeps the newest keep files of the app (any pid) and removes temp files of dead processes.
+    # Keeps the newest keep counted files (see above) and removes this user's temp files of dead
+    # processes. A file that is not what rotation decided on when it comes to remove it (replaced,
+    # given away, linked elsewhere) is left.
     def rotate
-      old = files
-      old.first([old.size - @keep, 0].max).each do |f|
-        File.unlink(f)
-        @counts[:removed] += 1
-      rescue Errno::ENOENT
-        nil # another process of the app rotated it first
-      rescue SystemCallError
-        nil # not ours to remove (another user's file in a sticky directory): the write still counts
+      @out.use do |dir|
+        old = counted(dir)
+        excess = old.size - @keep
+        old.each do |name, stat|
+          break if excess <= 0
+          next if @finals[name]
+
+          excess -= 1
+          next unless remove(dir, name, stat)
+
+          @mine.delete(name)
+          @counts[:removed] += 1
+        end
+        dir.entries.grep(@temp_name).each do |name|
+          pid = name[AtomicWrite::TEMP_PATTERN, 1].to_i
+          next unless pid.positive? && pid != Process.pid && !alive?(pid)
+
+          stat = stat_of(dir, name)
+          remove(dir, name, stat) if stat && owned_plain_file?(stat)
+        end
       end
-      Dir.glob(".#{@app_name}-*#{SUFFIX}.tmp-*", base: @dir).each do |name|
-        tmp = File.join(@dir, name)
-        # .NAME.tmp-PID-RANDOM (and .NAME.tmp-PID from older versions). unlink removes a planted
-        # symlink itself, never what it points at.
-        pid = tmp[AtomicWrite::TEMP_PATTERN, 1].to_i
-        File.unlink(tmp) if pid.positive? && !alive?(pid)
-      rescue SystemCallError
-        nil
-      end
+    rescue StandardError => e
+      warn_once(e) # the profile is written; rotation tries again after the next one
+    end
+
+    # [[name, stat]] of the files rotation counts, oldest first (mtime, then name).
+    def counted(dir)
+      names = dir.entries.grep(@rotated_name)
+      present = names.to_h { |name| [name, true] }
+      @mine.delete_if { |name, _| !present[name] } # gone: removed by another process of the app
+      names.filter_map do |name|
+        stat = stat_of(dir, name)
+        next unless stat
+
+        if (written = @mine[name])
+          # Our name, but only while it still is the file we wrote.
+          [name, stat] if same_file?(stat, written)
+        elsif owned_plain_file?(stat)
+          [name, stat]
+        end
+      end.sort_by { |name, stat| [stat.mtime, name] }
+    end
+
+    # The entry's own stat (a symlink is not followed), nil when it is gone.
+    def stat_of(dir, name)
+      dir.stat(name)
+    rescue SystemCallError
+      nil
+    end
+
+    # Only this user's own plain files: not another user's (root can delete them in a sticky directory,
+    # which is no reason to), and not a hard link, whose other name belongs to someone else's file.
+    def owned_plain_file?(stat)
+      stat.file? && stat.uid == Process.euid && stat.nlink == 1
+    end
+
+    def same_file?(stat, other)
+      stat.dev == other.dev && stat.ino == other.ino
+    end
+
+    # Unlinks name if it still is the file seen as stat. Returns true when it was removed.
+    def remove(dir, name, stat)
+      now = stat_of(dir, name)
+      return false unless now && same_file?(now, stat)
+
+      dir.unlink(name)
+      true
+    rescue SystemCallError
+      false # another process of the app removed it first
     end
 
     def alive?(pid)
@@ -229,13 +298,6 @@ module Heapscope
       false
     rescue Errno::EPERM
       true
-    end
-
-    # The entry's own time: a symlink planted under a profile's name is not followed.
-    def mtime(path)
-      File.lstat(path).mtime
-    rescue Errno::ENOENT
-      Time.at(0)
     end
 
     def warn_once(error)
