@@ -126,6 +126,8 @@ module Heapscope
 
     # The profile files rotation counts (see above), oldest first.
     def files
+      return [] unless File.directory?(@dir) # only to not create it: what is listed comes from the handle
+
       Heapscope.internal do
         @write_lock.synchronize { @out.use { |dir| counted(dir).map { |name, _| File.join(@dir, name) } } }
       end
