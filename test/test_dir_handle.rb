@@ -28,6 +28,11 @@ class TestDirHandle < Minitest::Test
       assert_equal "heapscope: #{name.inspect} is not a name inside a directory", error.message
     end
     assert_raises(ArgumentError) { @handle.unlink("a\0b") }
+    assert_raises(TypeError) { @handle.stat(:sym) }
+    assert_raises(ArgumentError) { @handle.mkdir("x", -1) }
+    assert_raises(TypeError) { @handle.write_replace(".t", "x", nil, 0o644) }
+    assert_raises(ArgumentError) { @handle.stat("a", "b") }
+    assert_empty Dir.children(@dir)
   end
 
   def test_write_replace_returns_the_file_written_and_replaces_a_symlink

@@ -97,6 +97,11 @@ static void *write_all_without_gvl(void *arg) {
 }
 
 // ---- Ruby boundary ----
+//
+// Arguments are checked here and bad ones raised with rb_raise, never left to Ruby's own conversions
+// (StringValue, NUM2UINT, rb_scan_args) to raise from inside libruby: a raise from a noreturn call
+// in this file lets ASan clear the stack it poisoned around locals like struct stat, one from
+// inside Ruby does not, and the next Ruby code to use that stack trips over it (rake asan).
 
 static void dh_free(void *ptr) {
   dirhandle *h = ptr;
@@ -145,17 +150,27 @@ static void dh_fail(const dirhandle *h, int err, const char *name, const char *c
   VALUE klass = rb_obj_class(rb_syserr_new(err, NULL));
   // SystemCallError itself (an errno Ruby has no class for) takes its arguments in another order.
   if (klass == rb_eSystemCallError) rb_syserr_fail_str(err, path);
-  VALUE args[2] = {path, rb_str_new_cstr(call)};
-  rb_exc_raise(rb_class_new_instance(2, args, klass));
+  rb_exc_raise(rb_funcall(klass, rb_intern("new"), 2, path, rb_str_new_cstr(call)));
 }
 
 // The C string of name, which must be one path component.
 static const char *dh_component(VALUE name) {
-  const char *s = StringValueCStr(name);
-  if (s[0] == '\0' || strcmp(s, ".") == 0 || strcmp(s, "..") == 0 || strchr(s, '/') != NULL) {
+  if (!RB_TYPE_P(name, T_STRING)) rb_raise(rb_eTypeError, "heapscope: a file name must be a String, got %s", rb_obj_classname(name));
+  const char *s = RSTRING_PTR(name);
+  size_t len = (size_t)RSTRING_LEN(name);
+  if (len == 0 || memchr(s, '\0', len) || memchr(s, '/', len) || (len == 1 && s[0] == '.') ||
+      (len == 2 && s[0] == '.' && s[1] == '.')) {
     rb_raise(rb_eArgError, "heapscope: %+" PRIsVALUE " is not a name inside a directory", name);
   }
-  return s;
+  return StringValueCStr(name); // cannot raise now: terminates a shared substring's bytes
+}
+
+// A file mode (0..07777) from an Integer.
+static mode_t dh_mode(VALUE mode) {
+  if (!FIXNUM_P(mode) || FIX2LONG(mode) < 0 || FIX2LONG(mode) > 07777) {
+    rb_raise(rb_eArgError, "heapscope: a file mode must be an Integer in 0..07777, got %+" PRIsVALUE, mode);
+  }
+  return (mode_t)FIX2LONG(mode);
 }
 
 static char *dh_strdup(const char *s) {
@@ -183,7 +198,7 @@ static VALUE dh_open_dir(VALUE self, VALUE name) {
   VALUE path = dh_join(parent, s);
   VALUE obj = dh_alloc(cDirHandle);
   dirhandle *h = RTYPEDDATA_DATA(obj);
-  h->path = dh_strdup(StringValueCStr(path));
+  h->path = dh_strdup(RSTRING_PTR(path)); // rb_sprintf's String is terminated
   int fd = openat(parent->fd, s, DIR_FLAGS);
   int err = fd < 0 ? errno : dirhandle_adopt(h, fd);
   if (err) dh_fail(parent, err, s, "openat");
@@ -194,14 +209,14 @@ static VALUE dh_open_dir(VALUE self, VALUE name) {
 static VALUE dh_mkdir(VALUE self, VALUE name, VALUE mode) {
   dirhandle *h = dh_get(self);
   const char *s = dh_component(name);
-  if (mkdirat(h->fd, s, (mode_t)NUM2UINT(mode)) != 0) dh_fail(h, errno, s, "mkdirat");
+  if (mkdirat(h->fd, s, dh_mode(mode)) != 0) dh_fail(h, errno, s, "mkdirat");
   return Qnil;
 }
 
 // handle.stat(name = nil) -> File::Stat of the entry (not following a symlink), or of the directory.
 static VALUE dh_stat(int argc, VALUE *argv, VALUE self) {
-  VALUE name;
-  rb_scan_args(argc, argv, "01", &name);
+  if (argc > 1) rb_raise(rb_eArgError, "wrong number of arguments (given %d, expected 0..1)", argc);
+  VALUE name = argc == 1 ? argv[0] : Qnil;
   dirhandle *h = dh_get(self);
   struct stat st;
   if (NIL_P(name)) {
@@ -248,8 +263,8 @@ static VALUE dh_write_replace(VALUE self, VALUE tmp_name, VALUE name, VALUE data
   dirhandle *h = dh_get(self);
   const char *tmp = dh_component(tmp_name);
   const char *final = dh_component(name);
-  mode_t mode = (mode_t)NUM2UINT(perm);
-  StringValue(data);
+  mode_t mode = dh_mode(perm);
+  if (!RB_TYPE_P(data, T_STRING)) rb_raise(rb_eTypeError, "heapscope: data must be a String, got %s", rb_obj_classname(data));
   // A frozen copy (sharing a large String's bytes): another thread changing data meanwhile changes a
   // copy of its own, never the bytes being written. Held on this stack, it is not moved by compaction.
   VALUE bytes = rb_str_new_frozen(data);
