@@ -54,6 +54,7 @@ class TestCoreRetainersSafety < Minitest::Test
         rescue RuntimeError
           raised += 1
         end
+        Thread.pass if (key % 1000).zero? # (not all of a 100 ms quantum each time the walk lets it run)
       end
     end]
     Thread.pass until written.positive?
@@ -143,9 +144,10 @@ class TestCoreRetainersSafety < Minitest::Test
   def fill_keyed
     # Three shapes (paths of one shape show one key): Hash -> Array, Hash -> Hash, Hash -> Struct.
     $heapscope_safety_cache = { [1, "a"] => [], Point.new(3, "b") => {}, "token-123" => Point.new }
-    3.times.map { +"keyed" }.zip($heapscope_safety_cache.values) do |kept, holder| # KEYED SITE
-      holder.is_a?(Hash) ? holder[:k] = kept : holder.is_a?(Array) ? holder << kept : holder.x = kept
-    end
+    first, second, third = +"keyed", +"keyed", +"keyed" # KEYED SITE
+    $heapscope_safety_cache[[1, "a"]] << first
+    $heapscope_safety_cache[Point.new(3, "b")][:k] = second
+    $heapscope_safety_cache["token-123"].x = third
   end
 
   # Before: keys=1 over HTTP showed key contents to any client; now only with the operator's
@@ -158,21 +160,21 @@ class TestCoreRetainersSafety < Minitest::Test
       Heapscope::Rack::RetainersEndpoint::LIMITER.reset
       app.call("REQUEST_METHOD" => "GET", "PATH_INFO" => "/debug/pprof/retainers", "QUERY_STRING" => query)
     end
-    status, _, body = get.call("site=#{site}&keys=1&limit=5")
+    status, _, body = get.call("site=#{site}&keys=1&limit=10")
     assert_equal 403, status, body.join
     assert_includes body.join, "show_contents"
     refute_includes body.join, "token-123"
-    status, _, body = get.call("site=#{site}&limit=5")
+    status, _, body = get.call("site=#{site}&limit=10")
     assert_equal 200, status
     assert_includes body.join, "value at a String key"
     refute_includes body.join, "token-123"
     # In code, the default follows the setting too.
-    refute_match(/token-123/, Heapscope::Retainers.text(Heapscope.retainers(site, limit: 5)))
+    refute_match(/token-123/, Heapscope::Retainers.text(Heapscope.retainers(site, limit: 10)))
 
     Heapscope.stop
     Heapscope.start(sample_every: 1, max_overhead: nil, sampling: :always, show_contents: true)
     fill_keyed
-    status, _, body = get.call("site=#{site}&keys=1&limit=5")
+    status, _, body = get.call("site=#{site}&keys=1&limit=10")
     assert_equal 200, status, body.join
     assert_includes body.join, "value at key \"token-123\""
     assert_includes body.join, "value at key [1, \"a\"]"
@@ -182,6 +184,17 @@ class TestCoreRetainersSafety < Minitest::Test
   def test_show_contents_is_checked
     error = assert_raises(ArgumentError) { Heapscope.stop && Heapscope.start(show_contents: "yes") }
     assert_match(/show_contents must be true or false/, error.message)
+  end
+
+  def test_show_contents_from_the_environment_and_rails
+    require "heapscope/env_config"
+    config, errors = Heapscope::EnvConfig.parse("HEAPSCOPE_SHOW_CONTENTS" => "1")
+    assert_empty errors
+    assert_equal true, config[:start][:show_contents]
+    config, = Heapscope::EnvConfig.parse({})
+    refute config[:start].key?(:show_contents), "off unless set"
+    _, errors = Heapscope::EnvConfig.parse("HEAPSCOPE_SHOW_CONTENTS" => "please")
+    assert_match(/HEAPSCOPE_SHOW_CONTENTS/, errors.join)
   end
 
   def rss_kb

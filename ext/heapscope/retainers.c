@@ -25,6 +25,7 @@ void rb_objspace_reachable_objects_from_root(void (*func)(const char *category, 
 #define MAX_HOPS 64
 // The longest the walk holds the GVL at a stretch before letting other threads run (a slice).
 #define SLICE_SECONDS 0.02
+#define SLICE_QUANTUM 0.1
 // Arrays longer than this are expanded this many elements at a time, with slices between.
 #define ARRAY_CHUNK 65536
 #define BYTES_PER_NODE (sizeof(VALUE) + sizeof(uint32_t) + 1 + 2 * sizeof(uint32_t))
@@ -38,6 +39,10 @@ typedef struct {
   size_t count, capacity, max_nodes;
   uint32_t *slots; // open addressing over objs: node number + 1, 0 = empty
   size_t slot_mask;
+  // The table before the last growth, still being copied into slots a few entries per node added
+  // (old_at: the next to copy), so no single step rehashes millions of entries. Lookups read both.
+  uint32_t *old_slots;
+  size_t old_mask, old_at;
   const char *categories[MAX_CATEGORIES];
   int category_count;
   uint32_t current_parent;
@@ -72,13 +77,39 @@ static bool is_target(const walk *w, VALUE obj) {
   return w->target_slots[find_slot(w->target_slots, w->target_mask, w->targets, obj)] != 0;
 }
 
-// Doubles the visited set. False when memory is short (the set is unchanged).
+// The node number + 1 of obj if it was reached, else 0.
+static uint32_t node_of(const walk *w, VALUE obj) {
+  uint32_t n = w->slots[find_slot(w->slots, w->slot_mask, w->objs, obj)];
+  if (n == 0 && w->old_slots != NULL) n = w->old_slots[find_slot(w->old_slots, w->old_mask, w->objs, obj)];
+  return n;
+}
+
+// Copies up to count entries of the old table into the current one (entries stay in the old one
+// too, so its probe chains hold until it is freed).
+static void copy_old_slots(walk *w, size_t count) {
+  for (; w->old_slots != NULL && count > 0; count--) {
+    uint32_t n = w->old_slots[w->old_at];
+    if (n != 0) {
+      size_t i = find_slot(w->slots, w->slot_mask, w->objs, w->objs[n - 1]);
+      if (w->slots[i] == 0) w->slots[i] = n;
+    }
+    if (++w->old_at > w->old_mask) {
+      free(w->old_slots);
+      w->old_slots = NULL;
+    }
+  }
+}
+
+// Doubles the visited set: the current table becomes the old one, copied over as nodes are added
+// (4 entries per node: done long before the new table is half full). False when memory is short.
 static bool grow_slots(walk *w) {
+  copy_old_slots(w, SIZE_MAX); // (only if the previous copy is not done: never, at 4 per node)
   size_t size = (w->slot_mask + 1) * 2;
   uint32_t *slots = calloc(size, sizeof(uint32_t));
   if (slots == NULL) return false;
-  for (size_t n = 0; n < w->count; n++) slots[find_slot(slots, size - 1, w->objs, w->objs[n])] = (uint32_t)n + 1;
-  free(w->slots);
+  w->old_slots = w->slots;
+  w->old_mask = w->slot_mask;
+  w->old_at = 0;
   w->slots = slots;
   w->slot_mask = size - 1;
   return true;
@@ -104,8 +135,7 @@ static bool grow_nodes(walk *w) {
 // functions (called back for each reference): allocates no Ruby object, never raises.
 static void add_node(walk *w, VALUE obj, uint32_t parent, uint8_t category) {
   if (w->stopped) return;
-  size_t i = find_slot(w->slots, w->slot_mask, w->objs, obj);
-  if (w->slots[i] != 0) return;
+  if (node_of(w, obj) != 0) return;
   if (w->count == w->max_nodes) {
     w->over_nodes = w->stopped = true;
     return;
@@ -114,7 +144,8 @@ static void add_node(walk *w, VALUE obj, uint32_t parent, uint8_t category) {
     w->out_of_memory = w->stopped = true;
     return;
   }
-  i = find_slot(w->slots, w->slot_mask, w->objs, obj);
+  copy_old_slots(w, 4);
+  size_t i = find_slot(w->slots, w->slot_mask, w->objs, obj);
   w->objs[w->count] = obj;
   w->parent[w->count] = parent;
   w->category[w->count] = category;
@@ -191,7 +222,7 @@ typedef struct {
   edge_names *names;
   VALUE file;
   int32_t line;
-  double time_limit, started, slice_started, longest_slice;
+  double time_limit, started, slice_started, longest_slice, held;
   size_t slices;
   VALUE result;
   bool gc_was_disabled;
@@ -225,12 +256,18 @@ static bool expand_array_chunk(walk *w, VALUE ary) {
 }
 
 // Paces the walk: past the time limit says so; past a slice lets other threads run (they may change
-// anything, free nothing we hold: see walk_mark). May raise (Thread#raise, Thread#kill).
+// anything, free nothing we hold: see walk_mark). A slice is SLICE_SECONDS, or Ruby's own thread
+// quantum (100 ms) while the walk has held the GVL for less than half the time since it began: a
+// thread that runs Ruby code without pause keeps the GVL a whole quantum each time, and 20 ms slices
+// would then leave the walk a sixth of its time limit. May raise (Thread#raise, Thread#kill).
 static const char *pace(retainers_job *job) {
   double now = seconds_now();
   if (now - job->started > job->time_limit) return "time";
-  if (now - job->slice_started > SLICE_SECONDS) {
-    if (now - job->slice_started > job->longest_slice) job->longest_slice = now - job->slice_started;
+  double slice = now - job->slice_started;
+  double limit = (job->held + slice) * 2 < now - job->started ? SLICE_QUANTUM : SLICE_SECONDS;
+  if (slice > limit) {
+    if (slice > job->longest_slice) job->longest_slice = slice;
+    job->held += slice;
     job->slices++;
     rb_thread_schedule();
     job->slice_started = seconds_now();
@@ -448,9 +485,9 @@ static const char *build_paths(retainers_job *job, VALUE paths) {
     cut_short = "memory";
   } else {
     for (size_t t = 0; t < w->target_count; t++) {
-      size_t i = find_slot(w->slots, w->slot_mask, w->objs, w->targets[t]);
-      if (w->slots[i] == 0) continue;
-      lengths[found] = chain_of(w, w->slots[i] - 1, chains[found], &cuts[found]);
+      uint32_t node = node_of(w, w->targets[t]);
+      if (node == 0) continue;
+      lengths[found] = chain_of(w, node - 1, chains[found], &cuts[found]);
       if (!want_edges(job->names, w, chains[found], lengths[found], cuts[found])) cut_short = "memory";
       found++;
     }
@@ -538,6 +575,7 @@ static VALUE finish_walk(VALUE arg) {
   free(job->w.parent);
   free(job->w.category);
   free(job->w.slots);
+  free(job->w.old_slots);
   free(job->w.targets);
   free(job->w.target_slots);
   free(job->w.deferred);

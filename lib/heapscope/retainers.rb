@@ -73,7 +73,11 @@ module Heapscope
         Heapscope.internal do
           raw = Native._retainers(file, line, MAX_TARGETS, time_limit.to_f, max_memory)
           @globals = nil
-          paths = raw[:paths].map { |category, objects, kinds, edges| describe(category, objects, kinds, edges, keys) }
+          # (Thread.pass now and then: naming 1000 paths takes some 25 ms the application can share.)
+          paths = raw[:paths].each_with_index.map do |(category, objects, kinds, edges), i|
+            Thread.pass if (i % 100).zero?
+            describe(category, objects, kinds, edges, keys)
+          end
           @globals = nil
           groups = paths.group_by { |p| p[:shape] }.map do |_shape, same|
             { count: same.size, root: same.first[:root], hops: same.first[:hops] }
@@ -260,12 +264,16 @@ module Heapscope
         when :constant then "constant #{edge[1].equal?(Object) ? edge[2] : "#{module_name(edge[1])}::#{edge[2]}"}"
         when :index then "[#{edge[1]}]"
         when :member then ".#{edge[1]}"
-        when :value_at then keys ? "value at key #{preview(edge[1])}" : "value at a #{class_name(edge[1])} key"
+        when :value_at then keys ? "value at key #{preview(edge[1])}" : "value at #{article(class_name(edge[1]))} key"
         when :key then "a key"
         when :captured then "its code or captured variables"
         end
       rescue StandardError
         nil
+      end
+
+      def article(noun)
+        "#{noun.match?(/\A[AEIOU]/) ? "an" : "a"} #{noun}"
       end
 
       # Thread#keys and #thread_variables return copies made in C: nothing of the thread is iterated
