@@ -186,6 +186,38 @@ class TestCoreRetainersSafety < Minitest::Test
     assert_match(/show_contents must be true or false/, error.message)
   end
 
+  # Between slices other threads run: one that turns GC on and runs (and compacts) it must not free or
+  # move what the walk holds (retainers.c marks and pins its tables through a hidden object).
+  def test_gc_and_compaction_between_slices
+    Heapscope.stop
+    filler = Array.new(300_000) { |i| [i] } # not sampled; a walk of several slices
+    Heapscope.start(sample_every: 1, max_overhead: nil, sampling: :always)
+    $heapscope_safety_big = [filler, Array.new(50) { |i| +"after the filler #{i}" }] # GC SITE
+    gcs = 0
+    stop = false
+    @threads = [Thread.new do
+      until stop
+        GC.enable
+        gcs += 1
+        GC.respond_to?(:compact) && gcs.even? ? GC.compact : GC.start
+        Array.new(1000) { +"garbage" }
+        sleep 0.001
+      end
+    end]
+    reports = Array.new(3) { Heapscope.retainers("#{FILE}:#{line_of("# GC SITE")}", time_limit: 20) }
+    stop = true
+    @threads.each(&:join)
+    GC.enable
+    assert_operator gcs, :>, 0
+    reports.each do |report|
+      assert_nil report[:cut_short], report.inspect
+      assert_operator report[:slices], :>, 1, "the walk let other threads run"
+      strings = report[:paths].find { |p| p[:hops].last[:class] == "String (the sampled object)" }
+      assert_equal 50, strings[:count], report.inspect
+      assert_equal "global variable $heapscope_safety_big", strings[:root]
+    end
+  end
+
   def test_show_contents_from_the_environment_and_rails
     require "heapscope/env_config"
     config, errors = Heapscope::EnvConfig.parse("HEAPSCOPE_SHOW_CONTENTS" => "1")
