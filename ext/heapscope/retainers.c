@@ -30,14 +30,27 @@ void rb_objspace_reachable_objects_from_root(void (*func)(const char *category, 
 #define ARRAY_CHUNK 65536
 #define BYTES_PER_NODE (sizeof(VALUE) + sizeof(uint32_t) + 1 + 2 * sizeof(uint32_t))
 
+// Nodes live in blocks that are never moved: growing adds a block instead of copying millions of
+// entries in one step (a realloc of the node arrays took 17-40 ms at 1M and 2M nodes).
+#define BLOCK_BITS 16
+#define BLOCK_NODES ((size_t)1 << BLOCK_BITS)
+typedef struct {
+  VALUE objs[BLOCK_NODES];
+  uint32_t parent[BLOCK_NODES];
+  uint8_t category[BLOCK_NODES]; // roots: index into categories; others NOT_A_ROOT
+} node_block;
+
+#define OBJ(w, n) ((w)->blocks[(n) >> BLOCK_BITS]->objs[(n) & (BLOCK_NODES - 1)])
+#define PARENT(w, n) ((w)->blocks[(n) >> BLOCK_BITS]->parent[(n) & (BLOCK_NODES - 1)])
+#define CATEGORY(w, n) ((w)->blocks[(n) >> BLOCK_BITS]->category[(n) & (BLOCK_NODES - 1)])
+
 // The walk's tables, all malloc'd. Nodes are numbered in the order they were reached (breadth
 // first), so a node's parent always has a smaller number and following parents ends at a root.
 typedef struct {
-  VALUE *objs;
-  uint32_t *parent;
-  uint8_t *category; // roots: index into categories; others NOT_A_ROOT
-  size_t count, capacity, max_nodes;
-  uint32_t *slots; // open addressing over objs: node number + 1, 0 = empty
+  node_block **blocks;
+  size_t block_count, block_capacity;
+  size_t count, max_nodes;
+  uint32_t *slots; // open addressing over the nodes' objects: node number + 1, 0 = empty
   size_t slot_mask;
   // The table before the last growth, still being copied into slots a few entries per node added
   // (old_at: the next to copy), so no single step rehashes millions of entries. Lookups read both.
@@ -72,6 +85,12 @@ static size_t find_slot(const uint32_t *slots, size_t mask, const VALUE *objs, V
   return i;
 }
 
+static size_t find_node_slot(const walk *w, const uint32_t *slots, size_t mask, VALUE obj) {
+  size_t i = hash_value(obj) & mask;
+  while (slots[i] != 0 && OBJ(w, slots[i] - 1) != obj) i = (i + 1) & mask;
+  return i;
+}
+
 static bool is_target(const walk *w, VALUE obj) {
   if (w->target_slots == NULL) return false;
   return w->target_slots[find_slot(w->target_slots, w->target_mask, w->targets, obj)] != 0;
@@ -79,8 +98,8 @@ static bool is_target(const walk *w, VALUE obj) {
 
 // The node number + 1 of obj if it was reached, else 0.
 static uint32_t node_of(const walk *w, VALUE obj) {
-  uint32_t n = w->slots[find_slot(w->slots, w->slot_mask, w->objs, obj)];
-  if (n == 0 && w->old_slots != NULL) n = w->old_slots[find_slot(w->old_slots, w->old_mask, w->objs, obj)];
+  uint32_t n = w->slots[find_node_slot(w, w->slots, w->slot_mask, obj)];
+  if (n == 0 && w->old_slots != NULL) n = w->old_slots[find_node_slot(w, w->old_slots, w->old_mask, obj)];
   return n;
 }
 
@@ -90,7 +109,7 @@ static void copy_old_slots(walk *w, size_t count) {
   for (; w->old_slots != NULL && count > 0; count--) {
     uint32_t n = w->old_slots[w->old_at];
     if (n != 0) {
-      size_t i = find_slot(w->slots, w->slot_mask, w->objs, w->objs[n - 1]);
+      size_t i = find_node_slot(w, w->slots, w->slot_mask, OBJ(w, n - 1));
       if (w->slots[i] == 0) w->slots[i] = n;
     }
     if (++w->old_at > w->old_mask) {
@@ -115,19 +134,18 @@ static bool grow_slots(walk *w) {
   return true;
 }
 
+// Adds a block of nodes. False when memory is short.
 static bool grow_nodes(walk *w) {
-  size_t capacity = w->capacity * 2;
-  if (capacity > w->max_nodes) capacity = w->max_nodes;
-  VALUE *objs = realloc(w->objs, capacity * sizeof(VALUE));
-  if (objs == NULL) return false;
-  w->objs = objs;
-  uint32_t *parent = realloc(w->parent, capacity * sizeof(uint32_t));
-  if (parent == NULL) return false;
-  w->parent = parent;
-  uint8_t *category = realloc(w->category, capacity);
-  if (category == NULL) return false;
-  w->category = category;
-  w->capacity = capacity;
+  if (w->block_count == w->block_capacity) {
+    size_t capacity = w->block_capacity ? w->block_capacity * 2 : 16;
+    node_block **blocks = realloc(w->blocks, capacity * sizeof(node_block *));
+    if (blocks == NULL) return false;
+    w->blocks = blocks;
+    w->block_capacity = capacity;
+  }
+  node_block *block = malloc(sizeof(node_block));
+  if (block == NULL) return false;
+  w->blocks[w->block_count++] = block;
   return true;
 }
 
@@ -140,15 +158,15 @@ static void add_node(walk *w, VALUE obj, uint32_t parent, uint8_t category) {
     w->over_nodes = w->stopped = true;
     return;
   }
-  if ((w->count == w->capacity && !grow_nodes(w)) || ((w->count + 1) * 2 > w->slot_mask + 1 && !grow_slots(w))) {
+  if ((w->count == w->block_count * BLOCK_NODES && !grow_nodes(w)) || ((w->count + 1) * 2 > w->slot_mask + 1 && !grow_slots(w))) {
     w->out_of_memory = w->stopped = true;
     return;
   }
   copy_old_slots(w, 4);
-  size_t i = find_slot(w->slots, w->slot_mask, w->objs, obj);
-  w->objs[w->count] = obj;
-  w->parent[w->count] = parent;
-  w->category[w->count] = category;
+  size_t i = find_node_slot(w, w->slots, w->slot_mask, obj);
+  OBJ(w, w->count) = obj;
+  PARENT(w, w->count) = parent;
+  CATEGORY(w, w->count) = category;
   w->slots[i] = (uint32_t)++w->count;
   if (is_target(w, obj)) w->targets_found++;
 }
@@ -281,7 +299,7 @@ static const char *walk_from(retainers_job *job, size_t *next) {
   walk *w = &job->w;
   unsigned steps = 0;
   while (*next < w->count && !w->stopped && w->targets_found < w->target_count) {
-    VALUE obj = w->objs[*next];
+    VALUE obj = OBJ(w, *next);
     w->current_parent = (uint32_t)*next;
     bool chunked = w->array_at > 0 || is_big_array(obj);
     if (!chunked) {
@@ -387,8 +405,8 @@ static int chain_of(const walk *w, uint32_t node, uint32_t *chain, bool *cut) {
   uint32_t reversed[MAX_HOPS];
   int len = 0;
   *cut = false;
-  for (uint32_t n = node; n != NO_PARENT; n = w->parent[n]) {
-    if (len < MAX_HOPS - 1 || w->parent[n] == NO_PARENT) {
+  for (uint32_t n = node; n != NO_PARENT; n = PARENT(w, n)) {
+    if (len < MAX_HOPS - 1 || PARENT(w, n) == NO_PARENT) {
       reversed[len++] = n;
     } else {
       *cut = true;
@@ -413,12 +431,12 @@ static bool runs_code(VALUE obj) {
 // over the VM-internal table that holds its variables (Ruby 4.0) to the value, which the module names.
 static bool want_edges(edge_names *names, const walk *w, const uint32_t *chain, int len, bool cut) {
   for (int k = cut ? 2 : 1; k < len; k++) {
-    VALUE parent = w->objs[chain[k - 1]], child = w->objs[chain[k]];
+    VALUE parent = OBJ(w, chain[k - 1]), child = OBJ(w, chain[k]);
     if (is_internal(parent)) continue;
     if (!is_internal(child)) {
       if (!edge_names_want(names, parent, child)) return false;
-    } else if (is_module(parent) && k + 1 < len && !is_internal(w->objs[chain[k + 1]])) {
-      if (!edge_names_want(names, parent, w->objs[chain[k + 1]])) return false;
+    } else if (is_module(parent) && k + 1 < len && !is_internal(OBJ(w, chain[k + 1]))) {
+      if (!edge_names_want(names, parent, OBJ(w, chain[k + 1]))) return false;
     }
   }
   return true;
@@ -438,30 +456,31 @@ static void push_hop(VALUE objects, VALUE kinds, VALUE edges, VALUE obj, VALUE e
 // value itself.
 static VALUE path_of(const walk *w, const edge_names *names, const uint32_t *chain, int len, bool cut) {
   VALUE objects = rb_ary_new_capa(len + 1), kinds = rb_ary_new_capa(len + 1), edges = rb_ary_new_capa(len + 1);
-  push_hop(objects, kinds, edges, w->objs[chain[0]], Qnil);
+  push_hop(objects, kinds, edges, OBJ(w, chain[0]), Qnil);
   if (cut) {
     rb_ary_push(objects, Qnil);
     rb_ary_push(kinds, rb_str_new_cstr("(hops left out)"));
     rb_ary_push(edges, Qnil);
   }
   for (int k = cut ? 2 : 1; k < len; k++) {
-    VALUE parent = w->objs[chain[k - 1]], child = w->objs[chain[k]];
+    VALUE parent = OBJ(w, chain[k - 1]), child = OBJ(w, chain[k]);
     if (cut && k == 2) parent = Qnil; // (the hop before was left out)
     VALUE edge = Qnil;
     if (parent == Qnil || is_internal(parent)) {
       edge = Qnil;
     } else if (!is_internal(child)) {
       edge = edge_names_get(names, parent, child);
-    } else if (is_module(parent) && k + 1 < len && !is_internal(w->objs[chain[k + 1]]) &&
-               !NIL_P(edge = edge_names_get(names, parent, w->objs[chain[k + 1]]))) {
-      push_hop(objects, kinds, edges, w->objs[chain[++k]], edge);
+    } else if (is_module(parent) && k + 1 < len && !is_internal(OBJ(w, chain[k + 1])) &&
+               !NIL_P(edge = edge_names_get(names, parent, OBJ(w, chain[k + 1])))) {
+      k++;
+      push_hop(objects, kinds, edges, OBJ(w, chain[k]), edge);
       continue;
     } else if (runs_code(parent)) {
       edge = rb_ary_new_from_args(1, ID2SYM(rb_intern("captured")));
     }
     push_hop(objects, kinds, edges, child, edge);
   }
-  uint8_t c = w->category[chain[0]];
+  uint8_t c = CATEGORY(w, chain[0]);
   VALUE category = rb_str_new_cstr(c < w->category_count ? w->categories[c] : "(root)");
   return rb_ary_new_from_args(4, category, objects, kinds, edges);
 }
@@ -539,7 +558,7 @@ static VALUE run_walk(VALUE arg) {
   rb_hash_aset(result, ID2SYM(rb_intern("longest_pause")), DBL2NUM(job->longest_slice));
   rb_hash_aset(result, ID2SYM(rb_intern("slices")), SIZET2NUM(job->slices + 1));
   rb_hash_aset(result, ID2SYM(rb_intern("cut_short")), cut_short ? ID2SYM(rb_intern(cut_short)) : Qnil);
-  rb_hash_aset(result, ID2SYM(rb_intern("table_bytes")), SIZET2NUM(w->capacity * BYTES_PER_NODE + (w->slot_mask + 1) * sizeof(uint32_t)));
+  rb_hash_aset(result, ID2SYM(rb_intern("table_bytes")), SIZET2NUM(w->block_count * sizeof(node_block) + (w->slot_mask + 1) * sizeof(uint32_t)));
   job->result = result;
   return Qnil;
 }
@@ -549,7 +568,10 @@ static void walk_mark(void *data) {
   const retainers_job *job = data;
   if (job == NULL) return;
   const walk *w = &job->w;
-  if (w->objs) rb_gc_mark_locations(w->objs, w->objs + w->count);
+  for (size_t b = 0; b < w->block_count; b++) {
+    size_t in_block = w->count - b * BLOCK_NODES < BLOCK_NODES ? w->count - b * BLOCK_NODES : BLOCK_NODES;
+    rb_gc_mark_locations(w->blocks[b]->objs, w->blocks[b]->objs + in_block);
+  }
   if (w->targets) rb_gc_mark_locations(w->targets, w->targets + w->target_count);
   if (w->deferred) rb_gc_mark_locations(w->deferred, w->deferred + w->deferred_count);
   edge_names_mark(job->names);
@@ -571,9 +593,8 @@ static VALUE finish_walk(VALUE arg) {
   walk_run *run = (walk_run *)arg;
   retainers_job *job = run->job;
   DATA_PTR(run->holder) = NULL; // (the holder may be found on a stack later: it must not mark freed tables)
-  free(job->w.objs);
-  free(job->w.parent);
-  free(job->w.category);
+  for (size_t b = 0; b < job->w.block_count; b++) free(job->w.blocks[b]);
+  free(job->w.blocks);
   free(job->w.slots);
   free(job->w.old_slots);
   free(job->w.targets);
@@ -608,18 +629,15 @@ static VALUE native_retainers(VALUE self, VALUE file, VALUE line, VALUE max_targ
   if (max_nodes < 1024) max_nodes = 1024;
   walk *w = &job.w;
   w->max_nodes = max_nodes;
-  w->capacity = 4096;
   w->slot_mask = 8192 - 1;
   w->target_capacity = NUM2SIZET(max_targets);
   if (w->target_capacity == 0) w->target_capacity = 1;
   // The holder is made before any table: its allocation may run a GC, which marks nothing yet.
   walk_run run = {&job, TypedData_Wrap_Struct(0, &walk_type, NULL)};
-  w->objs = malloc(w->capacity * sizeof(VALUE));
-  w->parent = malloc(w->capacity * sizeof(uint32_t));
-  w->category = malloc(w->capacity);
+  bool first_block = grow_nodes(w);
   w->slots = calloc(w->slot_mask + 1, sizeof(uint32_t));
   w->targets = malloc(w->target_capacity * sizeof(VALUE));
-  if (!w->objs || !w->parent || !w->category || !w->slots || !w->targets) {
+  if (!first_block || !w->slots || !w->targets) {
     job.gc_was_disabled = true; // nothing to re-enable yet
     finish_walk((VALUE)&run);
     rb_raise(rb_eNoMemError, "heapscope: not enough memory to walk the heap");
