@@ -208,31 +208,47 @@ static void read_array(reader *r) {
   for (long i = 0; i < RARRAY_LEN(r->parent) && *r->unnamed > 0; i++) found(r, RARRAY_AREF(r->parent, i), EDGE_INDEX, Qnil, i, 0);
 }
 
-static void read_struct(reader *r) {
-  // rb_struct_members and RSTRUCT_GET (rb_struct_aref) are Struct's C functions, not its methods: a
-  // subclass's #members or #[] is not run.
+// rb_struct_members and RSTRUCT_GET (rb_struct_aref) are Struct's C functions, not its methods: a
+// subclass's #members or #[] is not run. (They raise only for a Struct whose class lost its members.)
+static VALUE read_struct_members(VALUE data) {
+  reader *r = (reader *)data;
   VALUE members = rb_struct_members(r->parent);
   long n = RSTRUCT_LEN(r->parent);
   for (long i = 0; i < n && i < RARRAY_LEN(members) && *r->unnamed > 0; i++) {
     VALUE member = RARRAY_AREF(members, i);
     if (RB_SYMBOL_P(member)) found(r, RSTRUCT_GET(r->parent, (int)i), EDGE_MEMBER, Qnil, 0, SYM2ID(member));
   }
+  return Qnil;
+}
+
+static void read_struct(reader *r) {
+  int state = 0;
+  rb_protect(read_struct_members, (VALUE)r, &state);
+  if (state) rb_set_errinfo(Qnil);
 }
 
 // A module's constants, autoloads left alone (rb_autoload_p says which; reading one would load it).
-// Reading a deprecated constant warns through Warning.warn: ruby_verbose is nil meanwhile, which
-// silences it.
-static void read_constants(reader *r) {
+static VALUE read_constant_list(VALUE data) {
+  reader *r = (reader *)data;
   VALUE names = rb_const_list(rb_mod_const_at(r->parent, 0));
-  VALUE verbose = ruby_verbose;
-  ruby_verbose = Qnil;
   for (long i = 0; i < RARRAY_LEN(names) && *r->unnamed > 0; i++) {
     ID id = SYM2ID(RARRAY_AREF(names, i));
     if (!NIL_P(rb_autoload_p(r->parent, id)) || !rb_const_defined_at(r->parent, id)) continue;
     found(r, rb_const_get_at(r->parent, id), EDGE_CONSTANT, Qnil, 0, id);
   }
-  ruby_verbose = verbose;
   RB_GC_GUARD(names);
+  return Qnil;
+}
+
+// Reading a deprecated constant warns through Warning.warn (a method the application may define):
+// ruby_verbose is nil meanwhile, which silences it.
+static void read_constants(reader *r) {
+  VALUE verbose = ruby_verbose;
+  ruby_verbose = Qnil;
+  int state = 0;
+  rb_protect(read_constant_list, (VALUE)r, &state);
+  ruby_verbose = verbose;
+  if (state) rb_set_errinfo(Qnil); // (none expected: the constants left then stay unnamed)
 }
 
 static void read_parent(edge_names *en, size_t p) {
