@@ -141,6 +141,74 @@ class TestCoreRetainersSafety < Minitest::Test
 
   Point = Struct.new(:x, :y)
 
+  SPIED = [] # rubocop:disable Style/MutableConstant
+
+  class SpyHash < Hash
+    %i[each_pair each keys values [] fetch inspect to_s hash instance_variables].each do |m|
+      define_method(m) { |*a, &b| SPIED << [:hash, m]; super(*a, &b) }
+    end
+  end
+
+  SpyStruct = Struct.new(:held) do
+    %i[members [] each_pair to_a each inspect instance_variables].each do |m|
+      define_method(m) { |*a, &b| SPIED << [:struct, m]; super(*a, &b) }
+    end
+  end
+
+  class SpyObject
+    def initialize(held)
+      @held = held
+    end
+
+    %i[instance_variables instance_variable_get class inspect to_s hash ==].each do |m|
+      define_method(m) { |*a, &b| SPIED << [:object, m]; super(*a, &b) }
+    end
+  end
+
+  module SpyModule
+    class << self
+      %i[name constants const_get class_variables instance_variables autoload? inspect to_s].each do |m|
+        define_method(m) { |*a, &b| SPIED << [:module, m]; super(*a, &b) }
+      end
+    end
+  end
+
+  class SpyKey < String
+    def inspect
+      SPIED << [:key, :inspect]
+      super
+    end
+  end
+
+  def spied_holders
+    first, second, third, fourth = +"spied", +"spied", +"spied", +"spied" # SPIED SITE
+    hash = SpyHash.new
+    hash[SpyKey.new("k")] = first
+    SpyModule.const_set(:HELD, SpyStruct.new(second))
+    $heapscope_safety_cache = [hash, SpyObject.new(third)]
+    SpyModule.instance_variable_set(:@kept, fourth)
+    nil
+  end
+
+  # A regression guard (the old code also used bound core methods for most of these): no method of the
+  # application's containers, objects, modules or keys runs, even with show_contents.
+  def test_no_method_of_the_applications_objects_is_called
+    Heapscope.stop
+    Heapscope.start(sample_every: 1, max_overhead: nil, sampling: :always, show_contents: true)
+    in_finished_thread { spied_holders }
+    SPIED.clear
+    report = Heapscope.retainers("#{FILE}:#{line_of("# SPIED SITE")}", limit: 10)
+    text = Heapscope::Retainers.text(report)
+    assert_empty SPIED, text
+    assert_includes text, "value at key #<TestCoreRetainersSafety::SpyKey> -> String"
+    assert_includes text, ".held -> String"
+    assert_includes text, "@held -> String"
+    assert_includes text, "held by constant TestCoreRetainersSafety::SpyModule::HELD"
+    assert_includes text, "@kept (of the module) -> String"
+  ensure
+    SpyModule.send(:remove_const, :HELD) if SpyModule.const_defined?(:HELD, false)
+  end
+
   def fill_keyed
     # Three shapes (paths of one shape show one key): Hash -> Array, Hash -> Hash, Hash -> Struct.
     $heapscope_safety_cache = { [1, "a"] => [], Point.new(3, "b") => {}, "token-123" => Point.new }
