@@ -286,6 +286,36 @@ class TestCoreRetainersSafety < Minitest::Test
     end
   end
 
+  # GC stays on during the walk: a thread allocating meanwhile is collected as usual, not left to pile
+  # up for the walk's length (before: GC was disabled for the whole walk, slices included).
+  def test_the_applications_garbage_is_collected_during_a_walk
+    Heapscope.stop
+    filler = Array.new(300_000) { |i| [i] } # not sampled; a walk of several slices
+    Heapscope.start(sample_every: 1, max_overhead: nil, sampling: :always)
+    $heapscope_safety_big = [filler, Array.new(10) { |i| +"after the filler #{i}" }] # COLLECTED SITE
+    walking = false
+    gcs_during = 0
+    stop = false
+    @threads = [Thread.new do
+      until stop
+        before = GC.count
+        Heapscope.internal { 2000.times { +"garbage" * 10 } } # (not sampled: the recorder stays small)
+        gcs_during += GC.count - before if walking
+      end
+    end]
+    walking = true
+    report = Heapscope.retainers("#{FILE}:#{line_of("# COLLECTED SITE")}", time_limit: 20)
+    walking = false
+    stop = true
+    @threads.each(&:join)
+    assert_nil report[:cut_short]
+    assert_operator report[:slices], :>, 1
+    assert_operator gcs_during, :>, 0, "no GC ran while the walk let the application allocate"
+    refute GC.disable, "GC is on after the walk" # (GC.disable returns whether it was disabled)
+  ensure
+    GC.enable
+  end
+
   def test_show_contents_from_the_environment_and_rails
     require "heapscope/env_config"
     config, errors = Heapscope::EnvConfig.parse("HEAPSCOPE_SHOW_CONTENTS" => "1")

@@ -601,7 +601,6 @@ static VALUE finish_walk(VALUE arg) {
   free(job->w.target_slots);
   free(job->w.deferred);
   edge_names_free(job->names);
-  if (!job->gc_was_disabled) rb_gc_enable();
   return Qnil;
 }
 
@@ -638,14 +637,18 @@ static VALUE native_retainers(VALUE self, VALUE file, VALUE line, VALUE max_targ
   w->slots = calloc(w->slot_mask + 1, sizeof(uint32_t));
   w->targets = malloc(w->target_capacity * sizeof(VALUE));
   if (!first_block || !w->slots || !w->targets) {
-    job.gc_was_disabled = true; // nothing to re-enable yet
     finish_walk((VALUE)&run);
     rb_raise(rb_eNoMemError, "heapscope: not enough memory to walk the heap");
   }
   DATA_PTR(run.holder) = &job;
-  // Disabling finishes a GC in progress first (its lazy sweep included), so every object the walk
-  // reaches is live; GC stays off until finish_walk unless the application turns it on meanwhile.
+  // Disabling finishes a GC in progress (its lazy sweep included): the walk then starts from a heap
+  // where every object it can reach is allocated. GC is turned back on at once: a slice allocates no
+  // Ruby object, so no GC starts inside one, and the GCs the application's threads run between slices
+  // (which, with GC off, would let their allocations pile up for the whole walk) mark and pin all the
+  // walk holds (walk_mark). The holder is not write-barrier protected, so an incremental marking ends
+  // by marking it again, with the nodes added since it began.
   job.gc_was_disabled = RTEST(rb_gc_disable());
+  if (!job.gc_was_disabled) rb_gc_enable();
   rb_ensure(run_walk_of, (VALUE)&run, finish_walk, (VALUE)&run);
   RB_GC_GUARD(run.holder);
   return job.result;

@@ -14,10 +14,12 @@ module Heapscope
   #   report = Heapscope.retainers("app/cache.rb:12", limit: 3)
   #   puts Heapscope::Retainers.text(report)
   #
-  # The walk holds the GVL and disables GC while it runs: the application pauses for its length,
-  # bounded by time_limit (seconds) and max_memory (the walk's tables, about 25 bytes per object
-  # reached); at a bound it returns what it found and says it was cut short. docs/reading-profiles.md,
-  # "Who holds it", shows a worked example; bench/retainers_cost.rb measures the pause.
+  # The walk holds the GVL in slices of about 20 ms and lets the application run between them; it
+  # calls no method of the application's and names edges in C (edge_names.c). It is bounded by
+  # time_limit (seconds, wall time, naming included) and max_memory (the walk's tables, about 21-29
+  # bytes per object kept); at a bound it returns what it found and says it was cut short.
+  # docs/reading-profiles.md, "Who holds it", shows a worked example; bench/retainers_cost.rb measures
+  # the pause.
   module Retainers
     DEFAULTS = { limit: 3, time_limit: 1.0, max_memory: 256 * 1024 * 1024 }.freeze
     # At most this many sampled objects of the site are followed (paths are grouped by shape anyway).
