@@ -51,6 +51,7 @@ module Heapscope
     window_share: 0.04,
     label_threads: false, # every sample also labelled thread=<its native thread's name> (labels.rb)
     max_label_sets: 1000, # distinct label sets per process; past it new sets become "(other)"
+    show_contents: false, # the operator's consent to show data (Hash keys in retainers) to any reader
   }.freeze
   SAMPLING_MODES = %i[windowed always].freeze
 
@@ -78,6 +79,7 @@ module Heapscope
       check_boolean(config, :label_threads)
       check_integer(config, :max_label_sets, 1, 1_000_000)
       check_boolean(config, :track_sizes)
+      check_boolean(config, :show_contents)
       check_fraction(config, :max_overhead)
       config[:sampling] = check_sampling(config)
       check_fraction(config, :window_share, nil_ok: false)
@@ -103,6 +105,13 @@ module Heapscope
 
     def running?
       Native._running?
+    end
+
+    # Whether the operator allowed heapscope to show contents of the application's objects (Hash keys
+    # in retainers) to whoever reads its reports and endpoints: the show_contents start option
+    # (HEAPSCOPE_SHOW_CONTENTS=1, config.heapscope.show_contents). Off by default.
+    def show_contents?
+      running? && @config&.fetch(:show_contents, false) == true
     end
 
     # The settings of the current run (nil before the first start).
@@ -145,8 +154,8 @@ module Heapscope
 
     # Who keeps site's sampled live objects alive: paths from a GC root, one per shape with a count
     # (lib/heapscope/retainers.rb). site is FILE:LINE as `heapscope top` prints it; options limit: (3),
-    # time_limit: seconds (1.0), max_memory: the walk's tables ("256M"). Pauses the application
-    # for the walk.
+    # time_limit: seconds (1.0), max_memory: the walk's tables ("256M"), keys: (show_contents?).
+    # Pauses the application for the walk, in slices.
     def retainers(site, **options)
       Retainers.find(site, **options)
     end

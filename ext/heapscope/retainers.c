@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "capture.h"
+#include "edge_names.h"
 #include "names.h"
 #include "recorder.h"
 #include "stacktab.h"
@@ -22,17 +23,39 @@ void rb_objspace_reachable_objects_from_root(void (*func)(const char *category, 
 #define NOT_A_ROOT 0xff
 #define MAX_CATEGORIES 32
 #define MAX_HOPS 64
+// The longest the walk holds the GVL at a stretch before letting other threads run (a slice).
+#define SLICE_SECONDS 0.02
+#define SLICE_QUANTUM 0.1
+// Arrays longer than this are expanded this many elements at a time, with slices between.
+#define ARRAY_CHUNK 65536
 #define BYTES_PER_NODE (sizeof(VALUE) + sizeof(uint32_t) + 1 + 2 * sizeof(uint32_t))
+
+// Nodes live in blocks that are never moved: growing adds a block instead of copying millions of
+// entries in one step (a realloc of the node arrays took 17-40 ms at 1M and 2M nodes).
+#define BLOCK_BITS 16
+#define BLOCK_NODES ((size_t)1 << BLOCK_BITS)
+typedef struct {
+  VALUE objs[BLOCK_NODES];
+  uint32_t parent[BLOCK_NODES];
+  uint8_t category[BLOCK_NODES]; // roots: index into categories; others NOT_A_ROOT
+} node_block;
+
+#define OBJ(w, n) ((w)->blocks[(n) >> BLOCK_BITS]->objs[(n) & (BLOCK_NODES - 1)])
+#define PARENT(w, n) ((w)->blocks[(n) >> BLOCK_BITS]->parent[(n) & (BLOCK_NODES - 1)])
+#define CATEGORY(w, n) ((w)->blocks[(n) >> BLOCK_BITS]->category[(n) & (BLOCK_NODES - 1)])
 
 // The walk's tables, all malloc'd. Nodes are numbered in the order they were reached (breadth
 // first), so a node's parent always has a smaller number and following parents ends at a root.
 typedef struct {
-  VALUE *objs;
-  uint32_t *parent;
-  uint8_t *category; // roots: index into categories; others NOT_A_ROOT
-  size_t count, capacity, max_nodes;
-  uint32_t *slots; // open addressing over objs: node number + 1, 0 = empty
+  node_block **blocks;
+  size_t block_count, block_capacity;
+  size_t count, max_nodes;
+  uint32_t *slots; // open addressing over the nodes' objects: node number + 1, 0 = empty
   size_t slot_mask;
+  // The table before the last growth, still being copied into slots a few entries per node added
+  // (old_at: the next to copy), so no single step rehashes millions of entries. Lookups read both.
+  uint32_t *old_slots;
+  size_t old_mask, old_at;
   const char *categories[MAX_CATEGORIES];
   int category_count;
   uint32_t current_parent;
@@ -45,6 +68,8 @@ typedef struct {
   VALUE *deferred;
   size_t deferred_count, deferred_capacity;
   uint8_t deferred_category;
+  long array_at; // the next element of a big Array being expanded in chunks
+  size_t leaves_seen; // objects reached but not kept (leaves: see is_leaf)
   bool stopped, over_nodes, out_of_memory;
 } walk;
 
@@ -60,36 +85,67 @@ static size_t find_slot(const uint32_t *slots, size_t mask, const VALUE *objs, V
   return i;
 }
 
+static size_t find_node_slot(const walk *w, const uint32_t *slots, size_t mask, VALUE obj) {
+  size_t i = hash_value(obj) & mask;
+  while (slots[i] != 0 && OBJ(w, slots[i] - 1) != obj) i = (i + 1) & mask;
+  return i;
+}
+
 static bool is_target(const walk *w, VALUE obj) {
   if (w->target_slots == NULL) return false;
   return w->target_slots[find_slot(w->target_slots, w->target_mask, w->targets, obj)] != 0;
 }
 
-// Doubles the visited set. False when memory is short (the set is unchanged).
+// The node number + 1 of obj if it was reached, else 0.
+static uint32_t node_of(const walk *w, VALUE obj) {
+  uint32_t n = w->slots[find_node_slot(w, w->slots, w->slot_mask, obj)];
+  if (n == 0 && w->old_slots != NULL) n = w->old_slots[find_node_slot(w, w->old_slots, w->old_mask, obj)];
+  return n;
+}
+
+// Copies up to count entries of the old table into the current one (entries stay in the old one
+// too, so its probe chains hold until it is freed).
+static void copy_old_slots(walk *w, size_t count) {
+  for (; w->old_slots != NULL && count > 0; count--) {
+    uint32_t n = w->old_slots[w->old_at];
+    if (n != 0) {
+      size_t i = find_node_slot(w, w->slots, w->slot_mask, OBJ(w, n - 1));
+      if (w->slots[i] == 0) w->slots[i] = n;
+    }
+    if (++w->old_at > w->old_mask) {
+      free(w->old_slots);
+      w->old_slots = NULL;
+    }
+  }
+}
+
+// Doubles the visited set: the current table becomes the old one, copied over as nodes are added
+// (4 entries per node: done long before the new table is half full). False when memory is short.
 static bool grow_slots(walk *w) {
+  copy_old_slots(w, SIZE_MAX); // (only if the previous copy is not done: never, at 4 per node)
   size_t size = (w->slot_mask + 1) * 2;
   uint32_t *slots = calloc(size, sizeof(uint32_t));
   if (slots == NULL) return false;
-  for (size_t n = 0; n < w->count; n++) slots[find_slot(slots, size - 1, w->objs, w->objs[n])] = (uint32_t)n + 1;
-  free(w->slots);
+  w->old_slots = w->slots;
+  w->old_mask = w->slot_mask;
+  w->old_at = 0;
   w->slots = slots;
   w->slot_mask = size - 1;
   return true;
 }
 
+// Adds a block of nodes. False when memory is short.
 static bool grow_nodes(walk *w) {
-  size_t capacity = w->capacity * 2;
-  if (capacity > w->max_nodes) capacity = w->max_nodes;
-  VALUE *objs = realloc(w->objs, capacity * sizeof(VALUE));
-  if (objs == NULL) return false;
-  w->objs = objs;
-  uint32_t *parent = realloc(w->parent, capacity * sizeof(uint32_t));
-  if (parent == NULL) return false;
-  w->parent = parent;
-  uint8_t *category = realloc(w->category, capacity);
-  if (category == NULL) return false;
-  w->category = category;
-  w->capacity = capacity;
+  if (w->block_count == w->block_capacity) {
+    size_t capacity = w->block_capacity ? w->block_capacity * 2 : 16;
+    node_block **blocks = realloc(w->blocks, capacity * sizeof(node_block *));
+    if (blocks == NULL) return false;
+    w->blocks = blocks;
+    w->block_capacity = capacity;
+  }
+  node_block *block = malloc(sizeof(node_block));
+  if (block == NULL) return false;
+  w->blocks[w->block_count++] = block;
   return true;
 }
 
@@ -97,20 +153,20 @@ static bool grow_nodes(walk *w) {
 // functions (called back for each reference): allocates no Ruby object, never raises.
 static void add_node(walk *w, VALUE obj, uint32_t parent, uint8_t category) {
   if (w->stopped) return;
-  size_t i = find_slot(w->slots, w->slot_mask, w->objs, obj);
-  if (w->slots[i] != 0) return;
+  if (node_of(w, obj) != 0) return;
   if (w->count == w->max_nodes) {
     w->over_nodes = w->stopped = true;
     return;
   }
-  if ((w->count == w->capacity && !grow_nodes(w)) || ((w->count + 1) * 2 > w->slot_mask + 1 && !grow_slots(w))) {
+  if ((w->count == w->block_count * BLOCK_NODES && !grow_nodes(w)) || ((w->count + 1) * 2 > w->slot_mask + 1 && !grow_slots(w))) {
     w->out_of_memory = w->stopped = true;
     return;
   }
-  i = find_slot(w->slots, w->slot_mask, w->objs, obj);
-  w->objs[w->count] = obj;
-  w->parent[w->count] = parent;
-  w->category[w->count] = category;
+  copy_old_slots(w, 4);
+  size_t i = find_node_slot(w, w->slots, w->slot_mask, obj);
+  OBJ(w, w->count) = obj;
+  PARENT(w, w->count) = parent;
+  CATEGORY(w, w->count) = category;
   w->slots[i] = (uint32_t)++w->count;
   if (is_target(w, obj)) w->targets_found++;
 }
@@ -139,8 +195,34 @@ static void on_root(const char *category, VALUE obj, void *data) {
   add_node(w, obj, NO_PARENT, index);
 }
 
+// Whether obj references nothing but its class, which is a core class reached from its constant
+// anyway: no path goes through it, so the walk need not keep it (unless it is a target). This is what
+// keeps a walk over 3M Strings small: ~21 bytes kept per object otherwise. Conservative: anything
+// unsure is not a leaf.
+static bool is_leaf(VALUE obj) {
+#ifdef FL_EXIVAR
+  if (RB_FL_TEST_RAW(obj, FL_EXIVAR)) return false; // generic instance variables
+  switch (RB_BUILTIN_TYPE(obj)) {
+    case RUBY_T_STRING:
+      // A heap String may share another's buffer and then references it (STR_SHARED, FL_USER2 in
+      // internal/string.h on 3.1-3.4): only an embedded one, or a heap one without that flag.
+      return RBASIC_CLASS(obj) == rb_cString && (!RB_FL_TEST_RAW(obj, RSTRING_NOEMBED) || !RB_FL_TEST_RAW(obj, RUBY_FL_USER2));
+    case RUBY_T_FLOAT: return RBASIC_CLASS(obj) == rb_cFloat;
+    case RUBY_T_BIGNUM: return RBASIC_CLASS(obj) == rb_cInteger;
+    default: return false;
+  }
+#else
+  (void)obj;
+  return false;
+#endif
+}
+
 static void on_child(VALUE obj, void *data) {
   walk *w = data;
+  if (is_leaf(obj) && !is_target(w, obj)) {
+    w->leaves_seen++;
+    return;
+  }
   add_node(w, obj, w->current_parent, NOT_A_ROOT);
 }
 
@@ -150,15 +232,87 @@ static double seconds_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+// One walk's state. Held by a hidden TypedData object (walk_mark) while the walk lets other threads
+// run: they may enable GC and run one (GC.start runs even while GC is disabled) or compact; every
+// VALUE the walk holds is then marked and pinned, so none is freed or moved under it.
+typedef struct {
+  walk w;
+  edge_names *names;
+  VALUE file;
+  int32_t line;
+  double time_limit, started, slice_started, longest_slice, held;
+  size_t slices;
+  VALUE result;
+  bool gc_was_disabled;
+} retainers_job;
+
+// An Array expanded by hand, a chunk at a time, so one huge Array does not hold the GVL for all its
+// elements at once. Not one with generic instance variables (the GC's walk finds those). What the walk
+// leaves out: a shared Array's hidden root buffer, whose elements are the ones read here anyway.
+static bool is_big_array(VALUE obj) {
+  if (!RB_TYPE_P(obj, RUBY_T_ARRAY) || RARRAY_LEN(obj) <= ARRAY_CHUNK) return false;
+#ifdef FL_EXIVAR
+  if (RB_FL_TEST_RAW(obj, FL_EXIVAR)) return false;
+#endif
+  return true;
+}
+
+// Reads the next chunk of a big Array (its length and elements read afresh: other threads may have
+// changed it between slices). True when the Array is done.
+static bool expand_array_chunk(walk *w, VALUE ary) {
+  if (w->array_at == 0 && RBASIC_CLASS(ary) != 0) on_child(RBASIC_CLASS(ary), w);
+  long len = RARRAY_LEN(ary);
+  long end = w->array_at + ARRAY_CHUNK < len ? w->array_at + ARRAY_CHUNK : len;
+  for (long i = w->array_at; i < end && !w->stopped; i++) {
+    VALUE element = RARRAY_AREF(ary, i);
+    if (!RB_SPECIAL_CONST_P(element)) on_child(element, w);
+  }
+  w->array_at = end;
+  if (end < len) return false;
+  w->array_at = 0;
+  return true;
+}
+
+// Paces the walk: past the time limit says so; past a slice lets other threads run (they may change
+// anything, free nothing we hold: see walk_mark). A slice is SLICE_SECONDS, or Ruby's own thread
+// quantum (100 ms) while the walk has held the GVL for less than half the time since it began: a
+// thread that runs Ruby code without pause keeps the GVL a whole quantum each time, and 20 ms slices
+// would then leave the walk a sixth of its time limit. May raise (Thread#raise, Thread#kill).
+static const char *pace(retainers_job *job) {
+  double now = seconds_now();
+  if (now - job->started > job->time_limit) return "time";
+  double slice = now - job->slice_started;
+  double limit = (job->held + slice) * 2 < now - job->started ? SLICE_QUANTUM : SLICE_SECONDS;
+  if (slice > limit) {
+    if (slice > job->longest_slice) job->longest_slice = slice;
+    job->held += slice;
+    job->slices++;
+    rb_thread_schedule();
+    job->slice_started = seconds_now();
+  }
+  return NULL;
+}
+
 // Walks breadth first from node *next on, until every target is reached, a limit is hit or no node is
 // left. Returns the limit hit ("time"), or NULL.
-static const char *walk_from(walk *w, size_t *next, double started, double time_limit) {
-  for (size_t i = *next; i < w->count && !w->stopped && w->targets_found < w->target_count; i++, *next = i) {
-    if ((i & 1023) == 0 && seconds_now() - started > time_limit) return "time";
-    w->current_parent = (uint32_t)i;
-    rb_objspace_reachable_objects_from(w->objs[i], on_child, w);
+static const char *walk_from(retainers_job *job, size_t *next) {
+  walk *w = &job->w;
+  unsigned steps = 0;
+  while (*next < w->count && !w->stopped && w->targets_found < w->target_count) {
+    VALUE obj = OBJ(w, *next);
+    w->current_parent = (uint32_t)*next;
+    bool chunked = w->array_at > 0 || is_big_array(obj);
+    if (!chunked) {
+      rb_objspace_reachable_objects_from(obj, on_child, w);
+      (*next)++;
+    } else if (expand_array_chunk(w, obj)) {
+      (*next)++;
+    }
+    if (chunked || (++steps & 63) == 0) {
+      const char *limit = pace(job);
+      if (limit) return limit;
+    }
   }
-  *next = w->count;
   return NULL;
 }
 
@@ -245,54 +399,131 @@ static const char *internal_kind(VALUE obj) {
   }
 }
 
-// [category, objects, kinds] for the path from a root to node: objects holds each hop's object, or
-// nil for a VM-internal one (kinds names it: such objects must never reach Ruby code); kinds holds nil
-// for ordinary objects. Longer paths keep their root and their last MAX_HOPS - 1 hops (kinds says
-// where hops were left out).
-static VALUE path_of(const walk *w, uint32_t node) {
-  uint32_t chain[MAX_HOPS];
+// The chain of nodes from a root to node, root first. Longer chains keep their root and their last
+// MAX_HOPS - 1 hops (*cut says hops were left out).
+static int chain_of(const walk *w, uint32_t node, uint32_t *chain, bool *cut) {
+  uint32_t reversed[MAX_HOPS];
   int len = 0;
-  bool cut = false;
-  for (uint32_t n = node; n != NO_PARENT; n = w->parent[n]) {
-    if (len < MAX_HOPS - 1) {
-      chain[len++] = n;
-    } else if (w->parent[n] == NO_PARENT) {
-      chain[len++] = n;
+  *cut = false;
+  for (uint32_t n = node; n != NO_PARENT; n = PARENT(w, n)) {
+    if (len < MAX_HOPS - 1 || PARENT(w, n) == NO_PARENT) {
+      reversed[len++] = n;
     } else {
-      cut = true;
+      *cut = true;
     }
   }
-  uint32_t root = chain[len - 1];
-  VALUE objects = rb_ary_new_capa(len);
-  VALUE kinds = rb_ary_new_capa(len);
-  for (int k = len - 1; k >= 0; k--) {
-    VALUE obj = w->objs[chain[k]];
-    bool internal = is_internal(obj);
-    rb_ary_push(objects, internal ? Qnil : obj);
-    rb_ary_push(kinds, internal ? rb_str_new_cstr(internal_kind(obj)) : Qnil);
-    if (cut && k == len - 1) {
-      rb_ary_push(objects, Qnil);
-      rb_ary_push(kinds, rb_str_new_cstr("(hops left out)"));
-    }
-  }
-  uint8_t c = w->category[root];
-  VALUE category = rb_str_new_cstr(c < w->category_count ? w->categories[c] : "(root)");
-  return rb_ary_new_from_args(3, category, objects, kinds);
+  for (int k = 0; k < len; k++) chain[k] = reversed[len - 1 - k];
+  return len;
 }
 
-typedef struct {
-  walk w;
-  VALUE file, limits;
-  int32_t line;
-  double time_limit;
-  VALUE result;
-  bool gc_was_disabled;
-} retainers_job;
+static bool is_module(VALUE obj) {
+  return !is_internal(obj) && (RB_TYPE_P(obj, RUBY_T_CLASS) || RB_TYPE_P(obj, RUBY_T_MODULE));
+}
+
+// Whether obj runs code that captures variables: its children of VM-internal kinds are that code or
+// those variables. (C checks: no method of obj is called.)
+static bool runs_code(VALUE obj) {
+  return RTEST(rb_obj_is_proc(obj)) || RTEST(rb_obj_is_method(obj)) || RTEST(rb_obj_is_kind_of(obj, rb_cBinding)) ||
+         RTEST(rb_obj_is_kind_of(obj, rb_cThread));
+}
+
+// Asks edge_names for every edge the chain needs: between two ordinary objects, and from a module
+// over the VM-internal table that holds its variables (Ruby 4.0) to the value, which the module names.
+static bool want_edges(edge_names *names, const walk *w, const uint32_t *chain, int len, bool cut) {
+  for (int k = cut ? 2 : 1; k < len; k++) {
+    VALUE parent = OBJ(w, chain[k - 1]), child = OBJ(w, chain[k]);
+    if (is_internal(parent)) continue;
+    if (!is_internal(child)) {
+      if (!edge_names_want(names, parent, child)) return false;
+    } else if (is_module(parent) && k + 1 < len && !is_internal(OBJ(w, chain[k + 1]))) {
+      if (!edge_names_want(names, parent, OBJ(w, chain[k + 1]))) return false;
+    }
+  }
+  return true;
+}
+
+static void push_hop(VALUE objects, VALUE kinds, VALUE edges, VALUE obj, VALUE edge) {
+  bool internal = is_internal(obj);
+  rb_ary_push(objects, internal ? Qnil : obj);
+  rb_ary_push(kinds, internal ? rb_str_new_cstr(internal_kind(obj)) : Qnil);
+  rb_ary_push(edges, edge);
+}
+
+// [category, objects, kinds, edges] for a chain: objects holds each hop's object, or nil for a
+// VM-internal one (kinds names it: such objects must never reach Ruby code); kinds holds nil for
+// ordinary objects; edges[k] is what hop k - 1 holds hop k by (edge_names_get's description,
+// [:captured], or nil). A module's VM-internal variable table is left out where the module names the
+// value itself.
+static VALUE path_of(const walk *w, const edge_names *names, const uint32_t *chain, int len, bool cut) {
+  VALUE objects = rb_ary_new_capa(len + 1), kinds = rb_ary_new_capa(len + 1), edges = rb_ary_new_capa(len + 1);
+  push_hop(objects, kinds, edges, OBJ(w, chain[0]), Qnil);
+  if (cut) {
+    rb_ary_push(objects, Qnil);
+    rb_ary_push(kinds, rb_str_new_cstr("(hops left out)"));
+    rb_ary_push(edges, Qnil);
+  }
+  for (int k = cut ? 2 : 1; k < len; k++) {
+    VALUE parent = OBJ(w, chain[k - 1]), child = OBJ(w, chain[k]);
+    if (cut && k == 2) parent = Qnil; // (the hop before was left out)
+    VALUE edge = Qnil;
+    if (parent == Qnil || is_internal(parent)) {
+      edge = Qnil;
+    } else if (!is_internal(child)) {
+      edge = edge_names_get(names, parent, child);
+    } else if (is_module(parent) && k + 1 < len && !is_internal(OBJ(w, chain[k + 1])) &&
+               !NIL_P(edge = edge_names_get(names, parent, OBJ(w, chain[k + 1])))) {
+      k++;
+      push_hop(objects, kinds, edges, OBJ(w, chain[k]), edge);
+      continue;
+    } else if (runs_code(parent)) {
+      edge = rb_ary_new_from_args(1, ID2SYM(rb_intern("captured")));
+    }
+    push_hop(objects, kinds, edges, child, edge);
+  }
+  uint8_t c = CATEGORY(w, chain[0]);
+  VALUE category = rb_str_new_cstr(c < w->category_count ? w->categories[c] : "(root)");
+  return rb_ary_new_from_args(4, category, objects, kinds, edges);
+}
+
+// Between two parents read for names: the time limit and the slices hold there too.
+static bool between_parents(void *data) {
+  return pace((retainers_job *)data) == NULL;
+}
+
+// Names the edges of the paths to the targets reached and builds them. Returns "time" or "memory"
+// when the naming was cut short (some edges then stay unnamed), else NULL.
+static const char *build_paths(retainers_job *job, VALUE paths) {
+  walk *w = &job->w;
+  size_t found = 0;
+  uint32_t(*chains)[MAX_HOPS] = malloc((w->target_count ? w->target_count : 1) * sizeof(*chains));
+  int *lengths = malloc((w->target_count ? w->target_count : 1) * sizeof(int));
+  bool *cuts = malloc((w->target_count ? w->target_count : 1) * sizeof(bool));
+  job->names = edge_names_new();
+  const char *cut_short = NULL;
+  if (chains == NULL || lengths == NULL || cuts == NULL || job->names == NULL) {
+    cut_short = "memory";
+  } else {
+    for (size_t t = 0; t < w->target_count; t++) {
+      uint32_t node = node_of(w, w->targets[t]);
+      if (node == 0) continue;
+      lengths[found] = chain_of(w, node - 1, chains[found], &cuts[found]);
+      if (!want_edges(job->names, w, chains[found], lengths[found], cuts[found])) cut_short = "memory";
+      found++;
+    }
+    if (!edge_names_resolve(job->names, between_parents, job)) cut_short = "time";
+    // From here on nothing lets other threads run: the paths are read as the names were.
+    for (size_t p = 0; p < found; p++) rb_ary_push(paths, path_of(w, job->names, chains[p], lengths[p], cuts[p]));
+  }
+  free(chains);
+  free(lengths);
+  free(cuts);
+  return cut_short;
+}
 
 static VALUE run_walk(VALUE arg) {
   retainers_job *job = (retainers_job *)arg;
   walk *w = &job->w;
-  double started = seconds_now();
+  job->started = job->slice_started = seconds_now();
   target_match m = {RSTRING_PTR(job->file), (size_t)RSTRING_LEN(job->file), job->line, w};
   recorder_each_object(capture_recorder(), collect_target, &m);
   const char *cut_short = NULL;
@@ -302,49 +533,84 @@ static VALUE run_walk(VALUE arg) {
     } else {
       rb_objspace_reachable_objects_from_root(on_root, w);
       size_t next = 0;
-      cut_short = walk_from(w, &next, started, job->time_limit);
+      cut_short = walk_from(job, &next);
       if (cut_short == NULL && !w->stopped && w->targets_found < w->target_count) {
         for (size_t d = 0; d < w->deferred_count; d++) add_node(w, w->deferred[d], NO_PARENT, w->deferred_category);
-        cut_short = walk_from(w, &next, started, job->time_limit);
+        cut_short = walk_from(job, &next);
       }
       if (w->over_nodes) cut_short = "objects";
       if (w->out_of_memory) cut_short = "memory";
     }
   }
-  double walked = seconds_now() - started;
-  // GC stays disabled: every object on a path is held by a Ruby array before the next one is read.
+  double walked = seconds_now() - job->started;
   VALUE paths = rb_ary_new();
-  for (size_t t = 0; t < w->target_count; t++) {
-    size_t i = find_slot(w->slots, w->slot_mask, w->objs, w->targets[t]);
-    if (w->slots[i] != 0) rb_ary_push(paths, path_of(w, w->slots[i] - 1));
-  }
+  const char *naming_cut = build_paths(job, paths);
+  if (cut_short == NULL) cut_short = naming_cut;
+  double now = seconds_now();
+  if (now - job->slice_started > job->longest_slice) job->longest_slice = now - job->slice_started;
   VALUE result = rb_hash_new();
   rb_hash_aset(result, ID2SYM(rb_intern("paths")), paths);
   rb_hash_aset(result, ID2SYM(rb_intern("targets")), SIZET2NUM(w->target_count));
-  rb_hash_aset(result, ID2SYM(rb_intern("visited")), SIZET2NUM(w->count));
+  rb_hash_aset(result, ID2SYM(rb_intern("visited")), SIZET2NUM(w->count + w->leaves_seen));
+  rb_hash_aset(result, ID2SYM(rb_intern("kept")), SIZET2NUM(w->count));
   rb_hash_aset(result, ID2SYM(rb_intern("seconds")), DBL2NUM(walked));
+  rb_hash_aset(result, ID2SYM(rb_intern("total_seconds")), DBL2NUM(now - job->started));
+  rb_hash_aset(result, ID2SYM(rb_intern("longest_pause")), DBL2NUM(job->longest_slice));
+  rb_hash_aset(result, ID2SYM(rb_intern("slices")), SIZET2NUM(job->slices + 1));
   rb_hash_aset(result, ID2SYM(rb_intern("cut_short")), cut_short ? ID2SYM(rb_intern(cut_short)) : Qnil);
-  rb_hash_aset(result, ID2SYM(rb_intern("table_bytes")), SIZET2NUM(w->capacity * BYTES_PER_NODE));
+  rb_hash_aset(result, ID2SYM(rb_intern("table_bytes")), SIZET2NUM(w->block_count * sizeof(node_block) + (w->slot_mask + 1) * sizeof(uint32_t)));
   job->result = result;
   return Qnil;
 }
 
+// Marks (and so pins) every VALUE the walk holds, while it lets other threads run.
+static void walk_mark(void *data) {
+  const retainers_job *job = data;
+  if (job == NULL) return;
+  const walk *w = &job->w;
+  for (size_t b = 0; b < w->block_count; b++) {
+    size_t in_block = w->count - b * BLOCK_NODES < BLOCK_NODES ? w->count - b * BLOCK_NODES : BLOCK_NODES;
+    rb_gc_mark_locations(w->blocks[b]->objs, w->blocks[b]->objs + in_block);
+  }
+  if (w->targets) rb_gc_mark_locations(w->targets, w->targets + w->target_count);
+  if (w->deferred) rb_gc_mark_locations(w->deferred, w->deferred + w->deferred_count);
+  edge_names_mark(job->names);
+  rb_gc_mark(job->file);
+}
+
+static const rb_data_type_t walk_type = {
+  .wrap_struct_name = "heapscope_retainers_walk",
+  .function = {.dmark = walk_mark, .dfree = NULL, .dsize = NULL},
+  .flags = RUBY_TYPED_FREE_IMMEDIATELY,
+};
+
+typedef struct {
+  retainers_job *job;
+  VALUE holder;
+} walk_run;
+
 static VALUE finish_walk(VALUE arg) {
-  retainers_job *job = (retainers_job *)arg;
-  free(job->w.objs);
-  free(job->w.parent);
-  free(job->w.category);
+  walk_run *run = (walk_run *)arg;
+  retainers_job *job = run->job;
+  DATA_PTR(run->holder) = NULL; // (the holder may be found on a stack later: it must not mark freed tables)
+  for (size_t b = 0; b < job->w.block_count; b++) free(job->w.blocks[b]);
+  free(job->w.blocks);
   free(job->w.slots);
+  free(job->w.old_slots);
   free(job->w.targets);
   free(job->w.target_slots);
   free(job->w.deferred);
-  if (!job->gc_was_disabled) rb_gc_enable();
+  edge_names_free(job->names);
   return Qnil;
 }
 
+static VALUE run_walk_of(VALUE arg) {
+  return run_walk((VALUE)((walk_run *)arg)->job);
+}
+
 // Native._retainers(file, line, max_targets, time_limit, max_bytes) -> {paths:, targets:, visited:,
-// seconds:, cut_short:, table_bytes:}. Raises Heapscope::Error-free: NoMemoryError only when not even
-// the first tables fit.
+// kept:, seconds:, total_seconds:, longest_pause:, slices:, cut_short:, table_bytes:}. Raises
+// NoMemoryError only when not even the first tables fit.
 static VALUE native_retainers(VALUE self, VALUE file, VALUE line, VALUE max_targets, VALUE time_limit, VALUE max_bytes) {
   (void)self;
   StringValue(file);
@@ -362,23 +628,29 @@ static VALUE native_retainers(VALUE self, VALUE file, VALUE line, VALUE max_targ
   if (max_nodes < 1024) max_nodes = 1024;
   walk *w = &job.w;
   w->max_nodes = max_nodes;
-  w->capacity = 4096;
   w->slot_mask = 8192 - 1;
   w->target_capacity = NUM2SIZET(max_targets);
   if (w->target_capacity == 0) w->target_capacity = 1;
-  w->objs = malloc(w->capacity * sizeof(VALUE));
-  w->parent = malloc(w->capacity * sizeof(uint32_t));
-  w->category = malloc(w->capacity);
+  // The holder is made before any table: its allocation may run a GC, which marks nothing yet.
+  walk_run run = {&job, TypedData_Wrap_Struct(0, &walk_type, NULL)};
+  bool first_block = grow_nodes(w);
   w->slots = calloc(w->slot_mask + 1, sizeof(uint32_t));
   w->targets = malloc(w->target_capacity * sizeof(VALUE));
-  if (!w->objs || !w->parent || !w->category || !w->slots || !w->targets) {
-    job.gc_was_disabled = true; // nothing to re-enable yet
-    finish_walk((VALUE)&job);
+  if (!first_block || !w->slots || !w->targets) {
+    finish_walk((VALUE)&run);
     rb_raise(rb_eNoMemError, "heapscope: not enough memory to walk the heap");
   }
-  // Disabling finishes a GC in progress first; from here no GC runs until finish_walk.
+  DATA_PTR(run.holder) = &job;
+  // Disabling finishes a GC in progress (its lazy sweep included): the walk then starts from a heap
+  // where every object it can reach is allocated. GC is turned back on at once: a slice allocates no
+  // Ruby object, so no GC starts inside one, and the GCs the application's threads run between slices
+  // (which, with GC off, would let their allocations pile up for the whole walk) mark and pin all the
+  // walk holds (walk_mark). The holder is not write-barrier protected, so an incremental marking ends
+  // by marking it again, with the nodes added since it began.
   job.gc_was_disabled = RTEST(rb_gc_disable());
-  rb_ensure(run_walk, (VALUE)&job, finish_walk, (VALUE)&job);
+  if (!job.gc_was_disabled) rb_gc_enable();
+  rb_ensure(run_walk_of, (VALUE)&run, finish_walk, (VALUE)&run);
+  RB_GC_GUARD(run.holder);
   return job.result;
 }
 

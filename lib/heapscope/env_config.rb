@@ -32,6 +32,7 @@ module Heapscope
       "HEAPSCOPE_SAMPLING" => "windowed or always: when the allocation hook is on (default windowed; always when HEAPSCOPE_SAMPLE_EVERY is 1)",
       "HEAPSCOPE_WINDOW_SHARE" => "fraction of time the allocation hook is on when windowed, above 0 and at most 1 (default 0.04)",
       "HEAPSCOPE_LABEL_THREADS" => "1 labels every sample thread=<its thread's name> (default 0)",
+      "HEAPSCOPE_SHOW_CONTENTS" => "1 lets reports show contents of the application's objects, such as Hash keys in retainers?keys=1 (default 0: classes only)",
       "HEAPSCOPE_MAX_LABEL_SETS" => "distinct label sets kept, 1..1000000; past it new ones become \"(other)\" (default 1000)",
       "HEAPSCOPE_LABELS" => "0 stops Rails apps' requests and jobs being labelled endpoint=Controller#action, job=JobClass (default 1)",
       "HEAPSCOPE_DIR" => "write profiles to this directory every HEAPSCOPE_INTERVAL and a final one at exit (unset, with no HEAPSCOPE_HTTP or HEAPSCOPE_PYROSCOPE_URL either: only the final one, in ./#{DEFAULT_DIR})",
@@ -101,6 +102,8 @@ module Heapscope
         config[:start][:max_overhead] = overhead unless overhead == :unset
         label_threads = p.boolean("HEAPSCOPE_LABEL_THREADS", nil)
         config[:start][:label_threads] = label_threads unless label_threads.nil?
+        show_contents = p.boolean("HEAPSCOPE_SHOW_CONTENTS", nil)
+        config[:start][:show_contents] = show_contents unless show_contents.nil?
         sizes = p.boolean("HEAPSCOPE_TRACK_SIZES", nil)
         config[:start][:track_sizes] = sizes unless sizes.nil?
         sampling = p.one_of("HEAPSCOPE_SAMPLING", SAMPLING_MODES)

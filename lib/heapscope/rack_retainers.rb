@@ -8,14 +8,22 @@ module Heapscope
   class Rack
     # /debug/pprof/retainers?site=FILE:LINE[&limit=3][&time_limit=1][&format=json][&keys=1]: who keeps
     # the site's sampled live objects alive (lib/heapscope/retainers.rb), as text or JSON. Hash keys are
-    # named by class unless keys=1: they may be data (session ids, tokens) the listener's clients
-    # should not read. The walk pauses
+    # named by class; keys=1 shows their contents only where the operator allowed it (show_contents):
+    # they may be data (session ids, tokens), and whoever reaches the listener is not the operator
+    # (403 otherwise). The walk pauses
     # the application for up to time_limit seconds (at most MAX_TIME_LIMIT here), so requests share a
     # process-wide allowance, one walk per LIMITER interval (10 s); others get 429 with Retry-After.
     module RetainersEndpoint
       MAX_TIME_LIMIT = 5.0
       LIMITER = GcLimiter.new(interval: 10)
       FORMATS = %w[text json].freeze
+      NO_CONSENT = "keys=1 shows Hash keys' contents, which may be data (session ids, tokens): the operator has not " \
+                   "allowed it. Leave keys out to see keys by class, or start heapscope with show_contents: true " \
+                   "(HEAPSCOPE_SHOW_CONTENTS=1, config.heapscope.show_contents = true)\n"
+
+      def self.consented?(source)
+        source.respond_to?(:show_contents?) && source.show_contents? == true
+      end
 
       # given: the query's parameters (decoded). Returns [status, headers, body].
       def self.call(rack, source, given)
@@ -23,6 +31,7 @@ module Heapscope
         return rack.send(:text, 400, "#{options}\n") if options.is_a?(String)
         return rack.send(:text, 404, "this profile source cannot walk the heap for retainers\n") unless source.respond_to?(:retainers)
         return rack.send(:not_running) unless source.running?
+        return rack.send(:text, 403, NO_CONSENT) if options[:keys] && !consented?(source)
 
         wait = LIMITER.acquire
         if wait.positive?

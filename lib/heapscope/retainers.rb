@@ -14,10 +14,12 @@ module Heapscope
   #   report = Heapscope.retainers("app/cache.rb:12", limit: 3)
   #   puts Heapscope::Retainers.text(report)
   #
-  # The walk holds the GVL and disables GC while it runs: the application pauses for its length,
-  # bounded by time_limit (seconds) and max_memory (the walk's tables, about 25 bytes per object
-  # reached); at a bound it returns what it found and says it was cut short. docs/reading-profiles.md,
-  # "Who holds it", shows a worked example; bench/retainers_cost.rb measures the pause.
+  # The walk holds the GVL in slices of about 20 ms and lets the application run between them; it
+  # calls no method of the application's and names edges in C (edge_names.c). It is bounded by
+  # time_limit (seconds, wall time, naming included) and max_memory (the walk's tables, about 21-29
+  # bytes per object kept); at a bound it returns what it found and says it was cut short.
+  # docs/reading-profiles.md, "Who holds it", shows a worked example; bench/retainers_cost.rb measures
+  # the pause.
   module Retainers
     DEFAULTS = { limit: 3, time_limit: 1.0, max_memory: 256 * 1024 * 1024 }.freeze
     # At most this many sampled objects of the site are followed (paths are grouped by shape anyway).
@@ -34,6 +36,18 @@ module Heapscope
       "symbols" => "the symbol table",
     }.freeze
     KEY_PREVIEW = 40
+    # Ruby's own global variables: most have getters (reading $FILENAME makes ARGF shift ARGV and open
+    # a file; $@ calls the exception's #backtrace; $~ and $_ are the caller's frame's), so none is read
+    # to name a root. The same 42 names on 3.1, 3.3 and 3.4 (`ruby --disable-gems -e 'p
+    # global_variables'`, checked by test_core_retainers.rb), plus the aliases English defines.
+    SPECIAL_GLOBALS = %i[
+      $! $" $$ $& $' $* $+ $, $-0 $-F $-I $-W $-a $-d $-i $-l $-p $-v $-w $. $/ $0 $: $; $< $= $> $? $@ $DEBUG
+      $FILENAME $LOADED_FEATURES $LOAD_PATH $PROGRAM_NAME $VERBOSE $\\ $_ $` $stderr $stdin $stdout $~
+      $ARGV $CHILD_STATUS $DEFAULT_INPUT $DEFAULT_OUTPUT $ERROR_INFO $ERROR_POSITION $FIELD_SEPARATOR $FS
+      $IGNORECASE $INPUT_LINE_NUMBER $INPUT_RECORD_SEPARATOR $LAST_MATCH_INFO $LAST_PAREN_MATCH
+      $LAST_READ_LINE $MATCH $NR $OFS $ORS $OUTPUT_FIELD_SEPARATOR $OUTPUT_RECORD_SEPARATOR $PID
+      $POSTMATCH $PREMATCH $PROCESS_ID $RS
+    ].freeze
 
     class << self
       # The report (a Hash, see text for its use): site, sampled (objects of the site followed),
@@ -42,10 +56,12 @@ module Heapscope
       # :memory), shapes (distinct path shapes) and paths: [{count:, root:, hops: [{class:, edge:}]}],
       # largest count first, at most limit. Raises ArgumentError for a bad argument and
       # Heapscope::Error when the profiler is not running.
-      # keys: false names a Hash's key by its class only ("value at a String key"): the HTTP endpoint's
-      # default, since keys may be data (session ids, tokens).
-      def find(site, limit: DEFAULTS[:limit], time_limit: DEFAULTS[:time_limit], max_memory: DEFAULTS[:max_memory], keys: true)
+      # keys: false names a Hash's key by its class only ("value at a String key"), true shows its
+      # contents; by default, the operator's show_contents setting (Heapscope.start, off by default),
+      # since keys may be data (session ids, tokens).
+      def find(site, limit: DEFAULTS[:limit], time_limit: DEFAULTS[:time_limit], max_memory: DEFAULTS[:max_memory], keys: nil)
         file, line = parse_site(site)
+        keys = Heapscope.show_contents? if keys.nil?
         raise ArgumentError, "limit must be an Integer from 1 to 100, got #{limit.inspect}" unless limit.is_a?(Integer) && limit.between?(1, 100)
         unless time_limit.is_a?(Numeric) && time_limit.positive? && time_limit <= 60
           raise ArgumentError, "time_limit must be a number of seconds above 0 and at most 60, got #{time_limit.inspect}"
@@ -58,15 +74,20 @@ module Heapscope
 
         Heapscope.internal do
           raw = Native._retainers(file, line, MAX_TARGETS, time_limit.to_f, max_memory)
-          cache = {}.compare_by_identity
-          paths = raw[:paths].map { |category, objects, kinds| describe(category, objects, kinds, keys, cache) }
+          @globals = nil
+          # (Thread.pass now and then: naming 1000 paths takes some 25 ms the application can share.)
+          paths = raw[:paths].each_with_index.map do |(category, objects, kinds, edges), i|
+            Thread.pass if (i % 100).zero?
+            describe(category, objects, kinds, edges, keys)
+          end
+          @globals = nil
           groups = paths.group_by { |p| p[:shape] }.map do |_shape, same|
             { count: same.size, root: same.first[:root], hops: same.first[:hops] }
           end
           groups.sort_by! { |g| -g[:count] }
           { site: "#{file}:#{line}", sampled: raw[:targets], held: paths.size, visited: raw[:visited],
-            seconds: raw[:seconds], table_bytes: raw[:table_bytes], cut_short: raw[:cut_short], shapes: groups.size,
-            paths: groups.first(limit) }
+            seconds: raw[:seconds], longest_pause: raw[:longest_pause], slices: raw[:slices], table_bytes: raw[:table_bytes],
+            cut_short: raw[:cut_short], shapes: groups.size, paths: groups.first(limit), keys: keys }
         end
       end
 
@@ -103,12 +124,10 @@ module Heapscope
 
       private
 
-      def describe(category, objects, kinds, keys, cache)
-        objects, kinds = skip_variable_tables(objects, kinds, keys, cache)
-        root = root_name(category, objects.first, kinds.first, cache)
+      def describe(category, objects, kinds, edges, keys)
+        root = root_name(category, objects.first, kinds.first)
         hops = objects.each_index.map do |k|
-          { class: kinds[k] || class_name(objects[k]),
-            edge: k.zero? ? nil : edge_name(objects[k - 1], kinds[k - 1], objects[k], kinds[k], keys, cache) }
+          { class: kinds[k] || class_name(objects[k]), edge: k.zero? ? nil : edge_name(objects[k - 1], objects[k], edges[k], keys) }
         end
         hops.last[:class] = "#{hops.last[:class]} (the sampled object)"
         root, hops = fold_root(category, root, objects, hops)
@@ -139,39 +158,17 @@ module Heapscope
         # (Class#=== rather than is_a?: a BasicObject has no is_a?.)
         if Binding === objects.first && kinds_internal?(hops[1]) && hops.size > 2
           binding = objects.first
-          var = binding.local_variables.find { |v| binding.local_variable_get(v).equal?(objects[2]) }
+          # Binding's own methods, bound: a local variable's value is compared by identity, never asked.
+          var = BINDING_LOCALS.bind_call(binding).find { |v| BINDING_LOCAL_GET.bind_call(binding, v).equal?(objects[2]) }
           whose = binding.equal?(TOPLEVEL_BINDING) ? "of the main script" : "of a Binding"
           return ["#{var ? "local variable #{var}" : "a local variable"} #{whose}", hops[2..]]
         end
         thread_at = objects.first(2).index { |o| Thread === o }
         if thread_at && hops.size > thread_at + 1
-          name = objects[thread_at].name
+          name = THREAD_NAME.bind_call(objects[thread_at]) # (a Thread subclass's #name is not run)
           return ["a thread's stack or locals (Thread#{name ? " #{name.inspect}" : ""})", hops[(thread_at + 1)..]]
         end
         [root, hops]
-      end
-
-      # Ruby 4.0 keeps a class's variables (class variables, the class's own instance variables) in a
-      # VM-internal table that the class points to, so the path reads class -> table -> value. Where
-      # the object before the table names the value itself, the table is left out of the path.
-      def skip_variable_tables(objects, kinds, keys, cache)
-        k = 0
-        while k + 2 < objects.size
-          parent = objects[k]
-          if !parent.nil? && kinds[k].nil? && kinds[k + 1]&.start_with?("VM-internal") && kinds[k + 2].nil? &&
-             names_directly?(parent, objects[k + 2], keys, cache)
-            objects = objects[0..k] + objects[(k + 2)..]
-            kinds = kinds[0..k] + kinds[(k + 2)..]
-          end
-          k += 1
-        end
-        [objects, kinds]
-      end
-
-      def names_directly?(parent, child, keys, cache)
-        (cache[parent] ||= edges_of(parent, keys)).key?(child)
-      rescue StandardError
-        false
       end
 
       def kinds_internal?(hop)
@@ -183,22 +180,27 @@ module Heapscope
         edge&.sub(/\A\[\d+\]\z/, "[i]")&.sub(/\Avalue at key .*\z/m, "value at a key")
       end
 
-      def root_name(category, first, kind, cache)
+      def root_name(category, first, kind)
         base = ROOTS[category] || "a VM root (#{category})"
         if category == "global_tbl" && kind.nil?
-          name = (cache[GLOBALS] ||= global_values)[first]
+          name = (@globals ||= global_values)[first]
           return "global variable #{name}" if name
         end
         base
       end
 
-      # The cache's key for {value => global variable name} (read once per walk).
-      GLOBALS = Object.new.freeze
+      PLAIN_GLOBAL = /\A\$[A-Za-z_][A-Za-z0-9_]*\z/.freeze
 
+      # {value => name} of the global variables a program assigned: every name but Ruby's own, read
+      # once per walk. A plain variable's read has no side effect. What this cannot tell: a global a C
+      # extension defines with a getter of its own, or an alias of a special one (`alias $f $FILENAME`):
+      # those are read like plain ones (docs/reading-profiles.md says so).
       def global_values
         values = {}.compare_by_identity
-        quietly do # some globals warn when read ($= on older Rubies)
+        quietly do
           global_variables.each do |name|
+            next if SPECIAL_GLOBALS.include?(name) || !PLAIN_GLOBAL.match?(name)
+
             values[TOPLEVEL_BINDING.eval(name.to_s)] ||= name
           rescue StandardError, ScriptError
             nil
@@ -227,68 +229,91 @@ module Heapscope
         MODULE_NAME.bind_call(mod) || MODULE_INSPECT.bind_call(mod)
       end
 
+      # Core methods, bound at load: an application's overrides (or a later monkey patch) are not run.
       KERNEL_CLASS = Kernel.instance_method(:class)
       MODULE_NAME = Module.instance_method(:name)
       MODULE_INSPECT = Module.instance_method(:inspect)
-      IVARS = Kernel.instance_method(:instance_variables)
-      IVAR_GET = Kernel.instance_method(:instance_variable_get)
+      BINDING_LOCALS = Binding.instance_method(:local_variables)
+      BINDING_LOCAL_GET = Binding.instance_method(:local_variable_get)
+      THREAD_NAME = Thread.instance_method(:name)
+      THREAD_KEYS = Thread.instance_method(:keys)
+      THREAD_GET = Thread.instance_method(:[])
+      THREAD_VARIABLES = Thread.instance_method(:thread_variables)
+      THREAD_VARIABLE_GET = Thread.instance_method(:thread_variable_get)
+      INSPECT = { String => String.instance_method(:inspect), Symbol => Symbol.instance_method(:inspect),
+                  Integer => Integer.instance_method(:inspect), Float => Float.instance_method(:inspect),
+                  NilClass => NilClass.instance_method(:inspect), TrueClass => TrueClass.instance_method(:inspect),
+                  FalseClass => FalseClass.instance_method(:inspect) }.freeze
+      ARRAY_SIZE = Array.instance_method(:size)
+      ARRAY_AT = Array.instance_method(:[])
+      STRUCT_TO_A = Struct.instance_method(:to_a)
+      STRING_SLICE = String.instance_method(:[])
+      STRING_SIZE = String.instance_method(:size)
+      # A key of Array or Struct shows at most this many elements, this deep.
+      KEY_ELEMENTS = 5
+      KEY_DEPTH = 2
 
-      # What parent holds child by, where Ruby can say it (core methods, bound, so an application's
-      # overrides are not called); nil where it cannot (the edge then shows as a bare arrow). cache:
-      # {parent => {child => edge}}, filled by one pass over each parent, since many paths share their
-      # parents (a cache Hash of 60k entries is read once, not once per path).
-      def edge_name(parent, parent_kind, child, child_kind, keys, cache)
-        return nil if parent_kind || parent.nil?
-        return "its code or captured variables" if child_kind && [Proc, Thread, Method, Binding].any? { |k| k === parent }
-        return nil if child_kind
+      # What parent holds child by, from the description Native._retainers made in C (edge_names.c);
+      # nil where nothing names it (a bare arrow). A Thread's locals are asked of Thread's own methods.
+      def edge_name(parent, child, edge, keys)
+        return thread_edge(parent, child) if edge.nil? && Thread === parent
+        return nil if edge.nil?
 
-        edges = (cache[parent] ||= edges_of(parent, keys))
-        edges[child] || (Thread === parent ? "its stack (a local variable or block)" : nil)
+        case edge[0]
+        when :ivar then edge[1].to_s
+        when :class_ivar then "#{edge[1]} (of the #{Class === parent ? "class" : "module"})"
+        when :class_variable then "class variable #{edge[1]}"
+        when :constant then "constant #{edge[1].equal?(Object) ? edge[2] : "#{module_name(edge[1])}::#{edge[2]}"}"
+        when :index then "[#{edge[1]}]"
+        when :member then ".#{edge[1]}"
+        when :value_at then keys ? "value at key #{preview(edge[1])}" : "value at #{article(class_name(edge[1]))} key"
+        when :key then "a key"
+        when :captured then "its code or captured variables"
+        end
       rescue StandardError
         nil
       end
 
-      # {child => edge} for every reference parent has that Ruby can name.
-      def edges_of(parent, keys)
-        edges = {}.compare_by_identity
-        case parent
-        when Module then module_edges(parent, edges)
-        when Hash
-          Hash.instance_method(:each_pair).bind_call(parent) do |k, v|
-            edges[v] ||= keys ? "value at key #{preview(k)}" : "value at a #{class_name(k)} key"
-            edges[k] ||= "a key"
-          end
-        when Array then Array.instance_method(:each_with_index).bind_call(parent) { |e, i| edges[e] ||= "[#{i}]" }
-        when Thread
-          parent.keys.each { |k| edges[parent[k]] ||= "thread-local #{k.inspect}" }
-          parent.thread_variables.each { |k| edges[parent.thread_variable_get(k)] ||= "thread variable #{k.inspect}" }
-        when Struct then Struct.instance_method(:each_pair).bind_call(parent) { |k, v| edges[v] ||= ".#{k}" }
-        end
-        IVARS.bind_call(parent).each { |name| edges[IVAR_GET.bind_call(parent, name)] ||= name.to_s } unless Module === parent
-        edges
+      def article(noun)
+        "#{noun.match?(/\A[AEIOU]/) ? "an" : "a"} #{noun}"
       end
 
-      def module_edges(mod, edges)
-        quietly do # reading a deprecated constant (Object::Fixnum on 3.1) warns
-          Module.instance_method(:constants).bind_call(mod, false).each do |c|
-            next if Module.instance_method(:autoload?).bind_call(mod, c)
+      # Thread#keys and #thread_variables return copies made in C: nothing of the thread is iterated
+      # from Ruby while other threads run.
+      def thread_edge(thread, child)
+        key = THREAD_KEYS.bind_call(thread).find { |k| THREAD_GET.bind_call(thread, k).equal?(child) }
+        return "thread-local #{key.inspect}" if key
 
-            value = Module.instance_method(:const_get).bind_call(mod, c, false)
-            edges[value] ||= "constant #{mod.equal?(Object) ? c : "#{module_name(mod)}::#{c}"}"
-          end
-        end
-        Module.instance_method(:class_variables).bind_call(mod, false).each do |v|
-          edges[Module.instance_method(:class_variable_get).bind_call(mod, v)] ||= "class variable #{v}"
-        end
-        kind = Class === mod ? "class" : "module"
-        IVARS.bind_call(mod).each { |name| edges[IVAR_GET.bind_call(mod, name)] ||= "#{name} (of the #{kind})" }
+        var = THREAD_VARIABLES.bind_call(thread).find { |k| THREAD_VARIABLE_GET.bind_call(thread, k).equal?(child) }
+        var ? "thread variable #{var.inspect}" : "its stack (a local variable or block)"
       end
 
-      # A key as it reads in code, for core types only (an application's #inspect is not run).
-      def preview(key)
-        core = [String, Symbol, Integer, Float, NilClass, TrueClass, FalseClass].include?(KERNEL_CLASS.bind_call(key))
-        text = core ? key.inspect : "#<#{class_name(key)}>"
-        text.length > KEY_PREVIEW ? "#{text[0, KEY_PREVIEW]}..." : text
+      # A key as it reads in code, for core types only (no method of the application's is run): an
+      # Array or a Struct by its first elements, anything else by its class.
+      def preview(key, depth = 0)
+        klass = KERNEL_CLASS.bind_call(key)
+        text =
+          if INSPECT.key?(klass)
+            INSPECT[klass].bind_call(klass == String && STRING_SIZE.bind_call(key) > KEY_PREVIEW ? STRING_SLICE.bind_call(key, 0, KEY_PREVIEW) : key)
+          elsif depth < KEY_DEPTH && klass == Array
+            elements_preview("[", "]", KEY_ELEMENTS.times.map { |i| i < ARRAY_SIZE.bind_call(key) ? ARRAY_AT.bind_call(key, i) : NONE },
+                             ARRAY_SIZE.bind_call(key), depth)
+          elsif depth < KEY_DEPTH && Struct === key
+            values = STRUCT_TO_A.bind_call(key)
+            elements_preview("#<struct #{module_name(klass)} ", ">", values.first(KEY_ELEMENTS), values.size, depth)
+          else
+            "#<#{class_name(key)}>"
+          end
+        limit = depth.zero? ? KEY_PREVIEW * 3 : KEY_PREVIEW
+        text.length > limit ? "#{text[0, limit]}..." : text
+      end
+
+      NONE = Object.new.freeze
+
+      def elements_preview(open, close, elements, size, depth)
+        shown = elements.reject { |e| e.equal?(NONE) }.map { |e| preview(e, depth + 1) }
+        shown << "...#{size - shown.size} more" if size > shown.size
+        "#{open}#{shown.join(", ")}#{close}"
       end
     end
   end
