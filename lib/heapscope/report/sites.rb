@@ -45,7 +45,8 @@ module Heapscope
       # cannot use (a sample with more or fewer values than sample types) and makes every string of the
       # profile valid UTF-8 (Escape.scrub), so nothing later trips over them.
       def load(path, max_size: nil)
-        prof = Pprof.read(path, max_size: max_size || Pprof::DEFAULT_MAX_SIZE)
+        # share: the reports never change a sample, so equal ones can be one object (Pprof::Decoder).
+        prof = Pprof.read(path, max_size: max_size || Pprof::DEFAULT_MAX_SIZE, share: true)
         n = prof.sample_types.size
         prof.samples.each_with_index do |s, i|
           next if s.values.size == n
