@@ -17,6 +17,7 @@ module Heapscope
 
       NO_UNITS = {}.freeze
       NO_LABELS = {}.freeze
+      SAMPLE_KEY = (TAG_PROFILE_SAMPLE << 3) | WIRE_BYTES # a sample's one-byte field key
 
       # max_frames: the most stack frames the samples may expand to (nil: no limit), inlined lines
       # counted at every sample that refers to their location: the reports' work is proportional to it.
@@ -31,7 +32,8 @@ module Heapscope
         @max_frames = max_frames
         @max_samples = max_samples
         @max_occurrences = max_occurrences
-        @share = share ? {} : nil # encoding -> index in @ranges / 2
+        @shared = share
+        @share = share ? {} : nil # encoding -> index in @ranges / 2, while reading
         @ranges = [] # start, end of each distinct sample's encoding
         @order = [] # with share: per occurrence, the index of its distinct sample
       end
@@ -45,6 +47,10 @@ module Heapscope
         @strings = []
         fields = []
         until top.eof?
+          if (from = top.bytes_after(SAMPLE_KEY))
+            note_sample(from, top.pos)
+            next
+          end
           field, wire = top.key
           if field == TAG_PROFILE_STRING_TABLE
             top.expect(field, wire, WIRE_BYTES)
@@ -122,9 +128,10 @@ module Heapscope
 
       # Decodes the distinct samples, then lists them once per occurrence (share) or as they are.
       def samples(prof)
+        @share = nil # its keys, a String per distinct sample, can go while the Samples are made
         distinct = Array.new(@ranges.size / 2) do |k|
           sample = sample(prof, Wire::Reader.new(@buf, @ranges[2 * k], @ranges[2 * k + 1], "Sample"))
-          if @share
+          if @shared
             sample.location_ids.freeze
             sample.values.freeze
             sample.labels.freeze
@@ -132,7 +139,7 @@ module Heapscope
           sample
         end
         @ranges = nil
-        @share ? @order.map! { |k| distinct[k] } : distinct
+        @shared ? @order.map! { |k| distinct[k] } : distinct
       end
 
       # Raises LimitError when the samples' stacks, inlined lines expanded, exceed max_frames. Without
@@ -195,7 +202,7 @@ module Heapscope
           else r.skip(field, wire)
           end
         end
-        Sample.new(prof, ids, values, labels || (@share ? NO_LABELS : {}), units.nil? || units.empty? ? NO_UNITS : units)
+        Sample.new(prof, ids, values, labels || (@shared ? NO_LABELS : {}), units.nil? || units.empty? ? NO_UNITS : units)
       end
 
       def label(r, labels, units)

@@ -48,7 +48,7 @@ module Heapscope
         code, fields = read_head(io, buf, deadline)
         Response.new(code, fields, read_body(io, buf, fields, deadline))
       rescue Late
-        raise Error, "#{server}: no complete answer within #{@timeout} s" \
+        raise Error, "#{server}: no complete answer within #{format("%g", @timeout)} s" \
                      "#{" (#{@timeout_flag} SECONDS raises it)" if @timeout_flag}"
       rescue HttpClient::ResponseError => e
         raise Error, "#{server}: #{e.message}"
@@ -115,7 +115,7 @@ module Heapscope
           read_chunked(io, buf, deadline)
         elsif (length = fields["content-length"])
           n = /\A\d{1,20}\z/.match?(length) ? length.to_i : raise(ResponseError, "bad Content-Length #{length[0, 40].inspect}")
-          too_large("is #{n} bytes") if n > @max_body
+          too_large("#{n} bytes, ") if n > @max_body
           while buf.bytesize < n
             next if fill(io, buf, deadline, n - buf.bytesize)
 
@@ -125,7 +125,7 @@ module Heapscope
           buf.byteslice(0, n)
         else
           while fill(io, buf, deadline, @max_body + 1 - buf.bytesize)
-            too_large("goes on past that") if buf.bytesize > @max_body
+            too_large if buf.bytesize > @max_body
           end
           buf
         end
@@ -147,7 +147,7 @@ module Heapscope
           size = size.to_i(16)
           return body if size.zero?
 
-          too_large("goes on past that") if body.bytesize + size > @max_body
+          too_large if body.bytesize + size > @max_body
           need = line_end + 2 + size + 2
           while buf.bytesize < need
             fill(io, buf, deadline, need - buf.bytesize) or raise ResponseError, "the answer ended inside a chunk"
@@ -157,8 +157,8 @@ module Heapscope
         end
       end
 
-      def too_large(what)
-        raise ResponseError, "the answer's body #{what}, over the #{Pprof.size_text(@max_body)} limit"
+      def too_large(size = nil)
+        raise ResponseError, "the answer's body is #{size}over the #{Pprof.size_text(@max_body)} limit"
       end
 
       # Appends at most max bytes read from io; false at the end of the answer.
