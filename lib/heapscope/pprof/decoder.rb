@@ -129,10 +129,10 @@ module Heapscope
       # Decodes the distinct samples, then lists them once per occurrence (share) or as they are.
       def samples(prof)
         @share = nil # its keys, a String per distinct sample, can go while the Samples are made
+        stacks = {} # with share: one frozen ids Array per stack (a stack recurs with other labels, values)
         distinct = Array.new(@ranges.size / 2) do |k|
-          sample = sample(prof, Wire::Reader.new(@buf, @ranges[2 * k], @ranges[2 * k + 1], "Sample"))
+          sample = sample(prof, Wire::Reader.new(@buf, @ranges[2 * k], @ranges[2 * k + 1], "Sample"), stacks)
           if @shared
-            sample.location_ids.freeze
             sample.values.freeze
             sample.labels.freeze
           end
@@ -184,7 +184,7 @@ module Heapscope
         [str(type, "ValueType.type"), str(unit, "ValueType.unit")]
       end
 
-      def sample(prof, r)
+      def sample(prof, r, stacks = nil)
         ids = []
         values = []
         labels = nil
@@ -202,6 +202,7 @@ module Heapscope
           else r.skip(field, wire)
           end
         end
+        ids = stacks[ids] ||= ids.freeze if @shared
         Sample.new(prof, ids, values, labels || (@shared ? NO_LABELS : {}), units.nil? || units.empty? ? NO_UNITS : units)
       end
 

@@ -86,7 +86,8 @@ module Heapscope
 
         # If the next field's key is the one byte key_byte (a length-delimited field numbered below 16),
         # reads past the field and returns where its bytes start (they end at pos); else returns nil,
-        # having read nothing. The fast path for a profile's samples: no [field, wire] or range Array.
+        # having read nothing. The fast path for a profile's samples: no [field, wire] Array, no checks
+        # that a one-byte key makes needless.
         def bytes_after(key_byte)
           return nil unless @pos < @limit && @buf.getbyte(@pos) == key_byte
 
