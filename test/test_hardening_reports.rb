@@ -13,6 +13,8 @@
 require_relative "test_report_helper"
 require "rbconfig"
 require "zlib"
+require "socket"
+require_relative "../bench/many_samples"
 
 class TestHardeningReports < Minitest::Test
   ROOT = File.expand_path("..", __dir__)
@@ -168,6 +170,57 @@ class TestHardeningReports < Minitest::Test
     assert_operator r.cpu, :<, 10
   end
 
+  # Issue 12, item 10: 4,000,000 equal one-frame samples gzip to 85 KB (44 MB decompressed) and took
+  # `top` 46-56 s and 2.2 GB, a Sample with its arrays and Hash each. Equal samples are now one object;
+  # 1,000,000 of them took 5 s and 330 MB before (Ruby 3.1, this machine) and take under 2 s and 40 MB.
+  def test_many_equal_samples_cost_a_slot_each
+    prof = write_bytes("equal.pb.gz", equal_samples(1_000_000))
+    r = heapscope("top", prof)
+    assert_equal [0, ""], [r.status, r.err]
+    assert_includes r.out, "95.4 MiB  100.0%"
+    assert_operator r.rss_mb, :<, 150
+  end
+
+  # Distinct samples cost their objects: at most max_size / 256 of them are read, and at most
+  # max_size / 64 samples in all, each refused with one line naming the count and the flag.
+  def test_samples_are_capped_by_max_size
+    r = heapscope("top", write_bytes("distinct.pb.gz", equal_samples(2049, distinct: true)), "--max-size", "512K")
+    assert_one_line_exit_2(r, /: it has more than 2048 distinct samples, the limit that goes with 512 KiB \(--max-size SIZE raises it\)\z/)
+    r = heapscope("top", write_bytes("equal-cap.pb.gz", equal_samples(8193)), "--max-size", "512K")
+    assert_one_line_exit_2(r, /: it has more than 8192 samples, the limit that goes with 512 KiB \(--max-size SIZE raises it\)\z/)
+    assert_equal 0, heapscope("top", path("equal-cap.pb.gz"), "--max-size", "1M").status
+  end
+
+  # Issue 12, item 11: `heapscope retainers URL` read without bounds (Net::HTTP: a timeout per read, whole
+  # header lines and bodies): an endless body reached 3.16 GB in 60 s, a header line a second hung until
+  # killed. Now one deadline (--timeout, default 30 s) covers the exchange, the head is at most 64 KiB in
+  # 100 lines and the body at most 16 MiB, each ending in exit 2 and one line.
+  def test_retainers_from_a_hostile_server_end_on_time_in_bounded_memory
+    endless = hostile_server { |c| c.write("HTTP/1.1 200 OK\r\n\r\n") ; loop { c.write("x" * 65_536) } }
+    r = heapscope("retainers", endless, "a.rb:1", timeout: 120)
+    assert_one_line_exit_2(r, /\Aheapscope retainers: 127\.0\.0\.1:\d+: the answer's body is over the 16 MiB limit\z/)
+    assert_operator r.rss_mb, :<, 150
+    drip = hostile_server { |c| c.write("HTTP/1.1 200 OK\r\n") ; loop { c.write("X-Drip: 1\r\n") ; sleep 1 } }
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    r = heapscope("retainers", drip, "a.rb:1", "--timeout", "3", timeout: 120)
+    assert_one_line_exit_2(r, /\Aheapscope retainers: 127\.0\.0\.1:\d+: no complete answer within 3 s \(--timeout SECONDS raises it\)\z/)
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 30
+    huge = hostile_server { |c| c.write("HTTP/1.1 200 OK\r\nX-Huge: ") ; loop { c.write("y" * 65_536) } }
+    r = heapscope("retainers", huge, "a.rb:1", timeout: 120)
+    assert_one_line_exit_2(r, /\Aheapscope retainers: 127\.0\.0\.1:\d+: the answer's head is over 64 KiB\z/)
+    many = hostile_server { |c| c.write("HTTP/1.1 200 OK\r\n") ; loop { c.write("X-N: 1\r\n") } }
+    r = heapscope("retainers", many, "a.rb:1", timeout: 120)
+    assert_one_line_exit_2(r, /\Aheapscope retainers: 127\.0\.0\.1:\d+: the answer has more than 100 header lines\z/)
+    claims = hostile_server { |c| c.write("HTTP/1.1 200 OK\r\nContent-Length: 99999999999\r\n\r\n") ; sleep 60 }
+    r = heapscope("retainers", claims, "a.rb:1", timeout: 120)
+    assert_one_line_exit_2(r, /: the answer's body is 99999999999 bytes, over the 16 MiB limit\z/)
+    chunked = hostile_server { |c| c.write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nok \e\r\n3;x=1\r\nend\r\n0\r\n\r\n") }
+    r = heapscope("retainers", chunked, "a.rb:1", timeout: 120)
+    assert_equal [0, "ok \\eend\n", ""], [r.status, r.out, r.err]
+  ensure
+    @servers&.each { |server, thread| thread.kill; server.close }
+  end
+
   # --- item 10: bad input is exit 2 (or read), never an internal error -----------------------------
 
   def test_bad_profiles_are_exit_2_or_read_not_internal_errors
@@ -264,6 +317,34 @@ class TestHardeningReports < Minitest::Test
     rss, cpu = File.exist?(probe) ? File.read(probe).split : [0, 0]
     out = stdout ? "" : File.binread(out_path).force_encoding(Encoding::UTF_8)
     Result.new(status.exitstatus, out, File.read(err_path), rss.to_i / 1024, cpu.to_f)
+  end
+
+  # A server on 127.0.0.1 that answers every connection with the block (after reading the request's
+  # first bytes); returns its URL. The test's ensure stops it.
+  def hostile_server(&answer)
+    server = TCPServer.new("127.0.0.1", 0)
+    thread = Thread.new do
+      loop do
+        client = server.accept
+        Thread.new(client) do |c|
+          c.readpartial(4096)
+          answer.call(c)
+        rescue StandardError
+          nil
+        ensure
+          c.close
+        end
+      end
+    rescue StandardError
+      nil
+    end
+    (@servers ||= []) << [server, thread]
+    "http://127.0.0.1:#{server.addr[1]}"
+  end
+
+  # gzipped profile.proto of n one-frame samples, all equal (or each with its own inuse_space).
+  def equal_samples(n, distinct: false)
+    Zlib.gzip(ManySamples.profile(n, distinct: distinct))
   end
 
   # gzipped profile.proto: `samples` stacks over `frames` locations (one line, one function each); each

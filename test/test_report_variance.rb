@@ -241,4 +241,29 @@ class TestReportVariance < Minitest::Test
     assert_equal({ "alloc_objects_var" => 500, "alloc_space_var" => 3300, "inuse_objects_var" => 244,
                    "inuse_space_var" => 6100 }, s.labels)
   end
+
+  # Equal samples read for a report are one object listed once per occurrence, and the reports sum
+  # each object once times its count (Sites.each_counted): every report must come out exactly as when
+  # each occurrence is its own Sample (Pprof.read without share:), variances and label counts included.
+  def test_repeated_samples_report_as_if_read_one_by_one
+    rows = cache_profile.samples.map { |s| [s.frames.map(&:to_a), s.values, s.labels] }
+    prof = heapscope_profile([], sample_every: 100)
+    prof.comments << variance_line
+    [0, 1, 0, 2, 1, 0, 0, 2].each_with_index do |i, k|
+      frames, values, labels = rows[i]
+      prof.add_sample(frames: frames, values: values, labels: labels.merge("endpoint" => k.even? ? "/a" : "/b"))
+    end
+    path = File.join(@dir, "repeats.pb.gz")
+    File.binwrite(path, prof.to_pprof)
+    shared = Heapscope::Report::Sites.load(path)
+    single = Heapscope::Pprof.read(path)
+    assert_equal 8, shared.samples.size
+    assert_operator shared.samples.uniq(&:object_id).size, :<, 8, "equal samples are shared"
+    assert_equal 8, single.samples.uniq(&:object_id).size
+    [{}, { by: "function" }, { by: "class" }, { by: "label:endpoint" }, { cum: true }].each do |opts|
+      assert_equal Heapscope::Report::Top.report(single, **opts), Heapscope::Report::Top.report(shared, **opts), opts.inspect
+    end
+    assert_equal Heapscope::Report::Flamegraph.html(single, path: path), Heapscope::Report::Flamegraph.html(shared, path: path)
+    assert_equal Heapscope::Report::Diff.report(cache_profile, single), Heapscope::Report::Diff.report(cache_profile, shared)
+  end
 end

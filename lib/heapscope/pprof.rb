@@ -36,34 +36,43 @@ module Heapscope
     # them (a small profile whose locations have thousands of lines each would otherwise cost samples x
     # lines). 256 MiB holds a heapscope profile at its default caps (100,000 stacks of up to 400 frames:
     # 40 M frame references, each at least a byte), and the 64 M frames that go with it all its frames.
+    # Samples are the other thing a small input can have many of (two bytes each at the least, and gzip
+    # shrinks a run of equal ones to almost nothing), and each costs a Sample object, a few hundred
+    # bytes: at most max_size / BYTES_PER_SAMPLE distinct samples are read (1 Mi at the default), so
+    # their memory stays within about twice max_size. A reader that shares equal samples (the reports)
+    # pays an Array slot for each repeat, and reads at most max_size / BYTES_PER_OCCURRENCE samples in
+    # all (4 Mi), which bounds its time (docs/reading-profiles.md, "Limits on what is read", has figures).
     DEFAULT_MAX_SIZE = 256 * 1024 * 1024
     BYTES_PER_FRAME = 4
+    BYTES_PER_SAMPLE = 256
+    BYTES_PER_OCCURRENCE = 64
     READ_CHUNK = 1 << 20
 
     class << self
       # Decodes a profile from gzipped or raw profile.proto bytes. Raises DecodeError (LimitError when the
-      # bytes, decompressed, or their frames exceed max_size).
-      def decode(bytes, max_size: DEFAULT_MAX_SIZE)
+      # bytes, decompressed, their frames or their samples exceed max_size). share: equal samples become
+      # one frozen Sample (Decoder#initialize), for readers that do not change what they read.
+      def decode(bytes, max_size: DEFAULT_MAX_SIZE, share: false)
         bytes = bytes.b unless bytes.encoding == Encoding::BINARY
         raise DecodeError, "empty input (not a pprof profile)" if bytes.empty?
 
         if bytes.start_with?(GZIP_MAGIC)
           raw = Inflater.new(max_size)
           raw << bytes
-          return Decoder.new(raw.finish, max_frames: max_size / BYTES_PER_FRAME).decode
+          return decoder(raw.finish, max_size, share).decode
         end
         if bytes.bytesize > max_size
           raise LimitError, "the input is #{size_text(bytes.bytesize)}, more than the #{size_text(max_size)} limit"
         end
 
-        decode_raw(bytes, max_size)
+        decode_raw(bytes, max_size, share)
       end
 
       # Reads and decodes a profile file, a pipe or a device (/dev/stdin), never holding more than
       # max_size bytes of it: a regular file over the limit is refused before it is read, and other
       # inputs are read in chunks until they end or pass the limit. Raises DecodeError with a message
-      # that starts with the path.
-      def read(path, max_size: DEFAULT_MAX_SIZE)
+      # that starts with the path. share: as for decode.
+      def read(path, max_size: DEFAULT_MAX_SIZE, share: false)
         bytes = begin
           File.open(path, "rb") { |f| read_bounded(f, max_size) }
         rescue Errno::ENOENT
@@ -77,9 +86,9 @@ module Heapscope
         end
         begin
           if bytes.is_a?(Inflater)
-            Decoder.new(bytes.finish, max_frames: max_size / BYTES_PER_FRAME).decode
+            decoder(bytes.finish, max_size, share).decode
           else
-            decode_raw(bytes, max_size)
+            decode_raw(bytes, max_size, share)
           end
         rescue DecodeError => e
           raise e.class, "#{path}: #{e.message}"
@@ -195,8 +204,14 @@ module Heapscope
 
       private
 
-      def decode_raw(bytes, max_size)
-        Decoder.new(bytes, max_frames: max_size / BYTES_PER_FRAME).decode
+      # A Decoder with the limits that go with max_size.
+      def decoder(raw, max_size, share)
+        Decoder.new(raw, max_frames: max_size / BYTES_PER_FRAME, max_samples: max_size / BYTES_PER_SAMPLE,
+                         max_occurrences: max_size / BYTES_PER_OCCURRENCE, share: share)
+      end
+
+      def decode_raw(bytes, max_size, share)
+        decoder(bytes, max_size, share).decode
       rescue LimitError
         raise
       rescue DecodeError => e

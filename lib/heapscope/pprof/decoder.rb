@@ -11,30 +11,53 @@ module Heapscope
     class Decoder
       # Profile fields that hold a message, and the message's name.
       MESSAGE_FIELDS = {
-        TAG_PROFILE_SAMPLE_TYPE => "ValueType", TAG_PROFILE_SAMPLE => "Sample", TAG_PROFILE_MAPPING => "Mapping",
+        TAG_PROFILE_SAMPLE_TYPE => "ValueType", TAG_PROFILE_MAPPING => "Mapping",
         TAG_PROFILE_LOCATION => "Location", TAG_PROFILE_FUNCTION => "Function", TAG_PROFILE_PERIOD_TYPE => "ValueType"
       }.freeze
 
       NO_UNITS = {}.freeze
+      NO_LABELS = {}.freeze
+      SAMPLE_KEY = (TAG_PROFILE_SAMPLE << 3) | WIRE_BYTES # a sample's one-byte field key
 
       # max_frames: the most stack frames the samples may expand to (nil: no limit), inlined lines
       # counted at every sample that refers to their location: the reports' work is proportional to it.
-      def initialize(buf, max_frames: nil)
+      # max_samples: the most distinct samples (nil: no limit); each costs a Sample object with its
+      # arrays, a few hundred bytes. share: samples whose encoding is byte for byte the same become one
+      # Sample, its arrays and labels frozen, listed once per occurrence, each further occurrence costing
+      # an Array slot (the reports read samples and never change them; a program that edits a decoded
+      # profile leaves share off and gets a Sample of its own per occurrence); then max_occurrences
+      # bounds all of them, the time the reports take.
+      def initialize(buf, max_frames: nil, max_samples: nil, max_occurrences: nil, share: false)
         @buf = buf
         @max_frames = max_frames
+        @max_samples = max_samples
+        @max_occurrences = max_occurrences
+        @shared = share
+        @share = share ? {} : nil # encoding -> index in @ranges / 2, while reading
+        @ranges = [] # start, end of each distinct sample's encoding
+        @order = [] # with share: per occurrence, the index of its distinct sample
       end
 
       # The string table can come anywhere in the message (Go writes it last), so the first pass collects
-      # it and notes where the other fields are; the second decodes them with strings at hand.
+      # it and notes where the other fields are (for samples, a pair of offsets per distinct one: a profile
+      # is mostly samples, and a reader object kept per sample cost more than the Sample itself); the
+      # second decodes them with strings at hand.
       def decode
         top = Wire::Reader.new(@buf, 0, @buf.bytesize, "Profile")
         @strings = []
         fields = []
         until top.eof?
+          if (from = top.bytes_after(SAMPLE_KEY))
+            note_sample(from, top.pos)
+            next
+          end
           field, wire = top.key
           if field == TAG_PROFILE_STRING_TABLE
             top.expect(field, wire, WIRE_BYTES)
             @strings << top.string(field)
+          elsif field == TAG_PROFILE_SAMPLE
+            top.expect(field, wire, WIRE_BYTES)
+            note_sample(*top.length_delimited(field))
           elsif field == TAG_PROFILE_COMMENT
             fields << [field, top.repeated(field, wire, [], true)]
           elsif MESSAGE_FIELDS.key?(field)
@@ -57,14 +80,32 @@ module Heapscope
 
       private
 
+      # Notes where a sample's bytes are (its strings may come later), checking the limits as samples come.
+      def note_sample(from, to)
+        if @share
+          if @max_occurrences && @order.size >= @max_occurrences
+            limit(@max_occurrences, "samples", BYTES_PER_OCCURRENCE)
+          end
+          key = @buf.byteslice(from, to - from).freeze # (a frozen key is not copied again by Hash)
+          @order << (@share[key] ||= @ranges.size / 2)
+          return if @ranges.size / 2 == @share.size
+        end
+        if @max_samples && @ranges.size / 2 >= @max_samples
+          limit(@max_samples, @share ? "distinct samples" : "samples", BYTES_PER_SAMPLE)
+        end
+        @ranges << from << to
+      end
+
+      def limit(count, what, bytes_each)
+        raise LimitError, "it has more than #{count} #{what}, the limit that goes with #{Pprof.size_text(count * bytes_each)}"
+      end
+
       def build(fields)
         prof = Profile.new
         prof.string_table = @strings
-        sample_readers = []
         fields.each do |field, v|
           case field
           when TAG_PROFILE_SAMPLE_TYPE then prof.sample_types << value_type(v)
-          when TAG_PROFILE_SAMPLE then sample_readers << v
           when TAG_PROFILE_MAPPING then prof.mappings << mapping(v)
           when TAG_PROFILE_LOCATION then prof.locations << location(v)
           when TAG_PROFILE_FUNCTION then prof.functions << function(v)
@@ -80,9 +121,25 @@ module Heapscope
           end
         end
         prof.reindex
-        prof.samples = sample_readers.map { |r| sample(prof, r) }
+        prof.samples = samples(prof)
         check_frames(prof) if @max_frames
         prof
+      end
+
+      # Decodes the distinct samples, then lists them once per occurrence (share) or as they are.
+      def samples(prof)
+        @share = nil # its keys, a String per distinct sample, can go while the Samples are made
+        stacks = {} # with share: one frozen ids Array per stack (a stack recurs with other labels, values)
+        distinct = Array.new(@ranges.size / 2) do |k|
+          sample = sample(prof, Wire::Reader.new(@buf, @ranges[2 * k], @ranges[2 * k + 1], "Sample"), stacks)
+          if @shared
+            sample.values.freeze
+            sample.labels.freeze
+          end
+          sample
+        end
+        @ranges = nil
+        @shared ? @order.map! { |k| distinct[k] } : distinct
       end
 
       # Raises LimitError when the samples' stacks, inlined lines expanded, exceed max_frames. Without
@@ -127,7 +184,7 @@ module Heapscope
         [str(type, "ValueType.type"), str(unit, "ValueType.unit")]
       end
 
-      def sample(prof, r)
+      def sample(prof, r, stacks = nil)
         ids = []
         values = []
         labels = nil
@@ -145,7 +202,8 @@ module Heapscope
           else r.skip(field, wire)
           end
         end
-        Sample.new(prof, ids, values, labels || {}, units.nil? || units.empty? ? NO_UNITS : units)
+        ids = stacks[ids] ||= ids.freeze if @shared
+        Sample.new(prof, ids, values, labels || (@shared ? NO_LABELS : {}), units.nil? || units.empty? ? NO_UNITS : units)
       end
 
       def label(r, labels, units)

@@ -98,13 +98,14 @@ module Heapscope
           loc_frames = prof.locations.any? { |l| l.id >= dense } ? {} : []
           grouped = {}
           labelled = @samplings[pi].variance?
-          prof.samples.each do |s|
+          Sites.each_counted(prof.samples) do |s, times|
             vals = map.map { |i| i ? s.values[i] : 0 }
             next if vals.all?(&:zero?)
 
             if labelled then Sampling.add_variances(vals, s, @var_labels)
             elsif @var_labels then vals.concat(Array.new(@var_labels.size, 0))
             end
+            vals.map! { |v| v * times } if times > 1
 
             Sites.add(@totals[pi], vals)
             if (sum = grouped[s.location_ids])

@@ -95,13 +95,13 @@ module Heapscope
         out = {}
         reserved = {} # key -> reserved?, so each distinct key meets the regexp once
         profiles.each do |prof|
-          prof.samples.each do |s|
+          Sites.each_counted(prof.samples) do |s, times|
             s.labels.each do |k, v|
               next unless v.is_a?(String)
               next if reserved.fetch(k) { reserved[k] = k.match?(RESERVED) }
 
               per = out[k] ||= Hash.new(0)
-              per[v] += 1
+              per[v] += times
             end
           end
         end

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
-require "net/http"
 require "uri"
 require "heapscope/report/command"
+require "heapscope/report/http_fetch"
 require "heapscope/rack"
 
 module Heapscope
@@ -15,11 +15,13 @@ module Heapscope
       DESCRIPTION = "Shows who keeps a site's live objects alive in a running process: paths from a GC root, " \
                     "from its /debug/pprof/retainers endpoint (the walk pauses that process for up to --time-limit)."
       USAGE = "usage: heapscope retainers URL FILE:LINE [--limit 3] [--time-limit SECONDS] [--keys] [--json] " \
-              "(token: HEAPSCOPE_HTTP_TOKEN)"
+              "[--timeout SECONDS] (token: HEAPSCOPE_HTTP_TOKEN)"
       TIMEOUT = 30
+      # The largest answer read: a walk's report is a few KiB (--limit paths of bounded length).
+      MAX_ANSWER = 16 << 20
 
       def defaults
-        { limit: 3, time_limit: "1" }
+        { limit: 3, time_limit: "1", timeout: TIMEOUT }
       end
 
       def options(parser, opts)
@@ -27,6 +29,11 @@ module Heapscope
         parser.on("--time-limit SECONDS", "longest walk, at most 5 (default 1)") { |v| opts[:time_limit] = v }
         parser.on("--json", "print the endpoint's JSON") { opts[:json] = true }
         parser.on("--keys", "show Hash keys (default: their class only, as keys may be data)") { opts[:keys] = true }
+        parser.on("--timeout SECONDS", Float, "longest wait for the whole answer (default #{TIMEOUT})") do |v|
+          raise Error, "--timeout must be a positive number of seconds, got #{v}" unless v.positive? && v.finite?
+
+          opts[:timeout] = v
+        end
       end
 
       def check_args(args)
@@ -40,12 +47,14 @@ module Heapscope
                                     format: @opts[:json] ? "json" : "text", keys: @opts[:keys] ? 1 : 0)
         uri.query = query
         response = fetch(uri)
-        unless response.code == "200"
-          raise Error, "#{uri.host}:#{uri.port} answered #{response.code}: #{response.body.to_s.lines.first.to_s.chomp}"
+        body = response.body.force_encoding(Encoding::UTF_8)
+        unless response.code == 200
+          raise Error, "#{uri.host}:#{uri.port} answered #{response.code}: " \
+                       "#{Escape.terminal(body.lines.first.to_s.chomp[0, 200])}"
         end
 
         # Names come from the process (classes, keys): no control character of theirs reaches the terminal.
-        response.body.to_s.each_line { |line| out.puts(Escape.terminal(line.chomp)) }
+        body.each_line { |line| out.puts(Escape.terminal(line.chomp)) }
         0
       end
 
@@ -64,15 +73,12 @@ module Heapscope
         raise Error, "URL is not valid: #{e.message}"
       end
 
+      # The answer, bounded in time and size (HttpFetch): a server that never finishes costs --timeout
+      # seconds and at most MAX_ANSWER bytes.
       def fetch(uri)
-        request = Net::HTTP::Get.new(uri)
         token = ENV["HEAPSCOPE_HTTP_TOKEN"]
-        request["authorization"] = "Bearer #{token}" if token && !token.empty?
-        Net::HTTP.start(uri.host, uri.port, use_ssl: uri.scheme == "https", open_timeout: 5, read_timeout: TIMEOUT) do |http|
-          http.request(request)
-        end
-      rescue SystemCallError, IOError, Timeout::Error, OpenSSL::SSL::SSLError => e
-        raise Error, "cannot reach #{uri.host}:#{uri.port}: #{e.message}"
+        headers = token && !token.empty? ? { "Authorization" => "Bearer #{token}" } : {}
+        HttpFetch.new(uri, timeout: @opts[:timeout], max_body: MAX_ANSWER, timeout_flag: "--timeout").get(headers)
       end
     end
   end

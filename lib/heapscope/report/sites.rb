@@ -45,7 +45,8 @@ module Heapscope
       # cannot use (a sample with more or fewer values than sample types) and makes every string of the
       # profile valid UTF-8 (Escape.scrub), so nothing later trips over them.
       def load(path, max_size: nil)
-        prof = Pprof.read(path, max_size: max_size || Pprof::DEFAULT_MAX_SIZE)
+        # share: the reports never change a sample, so equal ones can be one object (Pprof::Decoder).
+        prof = Pprof.read(path, max_size: max_size || Pprof::DEFAULT_MAX_SIZE, share: true)
         n = prof.sample_types.size
         prof.samples.each_with_index do |s, i|
           next if s.values.size == n
@@ -201,11 +202,12 @@ module Heapscope
       # as columns after the values (n counts them), or nil.
       def stacks(samples, n, var = nil)
         sums = {}
-        samples.each do |s|
+        each_counted(samples) do |s, times|
           values = s.values
           next if values.all?(&:zero?)
 
           values = Sampling.with_variances(s, var) if var
+          values = times(values, times)
           if (sum = sums[s.location_ids])
             i = 0
             while i < n
@@ -213,10 +215,23 @@ module Heapscope
               i += 1
             end
           else
-            sums[s.location_ids] = var ? values : values.dup # (with_variances made a copy)
+            sums[s.location_ids] = values.equal?(s.values) ? values.dup : values # (a copy is ours already)
           end
         end
         sums
+      end
+
+      # Yields each distinct Sample object of samples once, in first-seen order, with the number of
+      # times it is listed: equal samples read with share: are one object, and summing one of them
+      # times its count (values and variances add, so k copies sum to k times one, exactly: integers) is
+      # one step instead of k. Samples are compared by identity (Sample defines no ==).
+      def each_counted(samples, &block)
+        samples.tally.each(&block)
+      end
+
+      # values times k: values itself when k is 1, else a new Array.
+      def times(values, k)
+        k == 1 ? values : values.map { |v| v * k }
       end
 
       # The site ids of a location's frames, leaf first; a location with one site is also kept in
@@ -303,11 +318,12 @@ module Heapscope
       def aggregate_label(samples, n, var, key)
         entries = {}
         missing = Labels.missing_name(key)
-        samples.each do |s|
+        each_counted(samples) do |s, times|
           values = s.values
           next if values.all?(&:zero?)
 
           values = Sampling.with_variances(s, var) if var
+          values = times(values, times)
 
           v = s.labels[key]
           # Rows are keyed by the value's text, and the samples without the label by a Symbol: a value
