@@ -42,21 +42,21 @@ module Heapscope
 
     class << self
       # Decodes a profile from gzipped or raw profile.proto bytes. Raises DecodeError (LimitError when the
-      # bytes, decompressed, or their frames exceed max_size).
-      def decode(bytes, max_size: DEFAULT_MAX_SIZE)
+      # bytes, decompressed, or their frames exceed max_size). pace: see Decoder#initialize.
+      def decode(bytes, max_size: DEFAULT_MAX_SIZE, pace: nil)
         bytes = bytes.b unless bytes.encoding == Encoding::BINARY
         raise DecodeError, "empty input (not a pprof profile)" if bytes.empty?
 
         if bytes.start_with?(GZIP_MAGIC)
           raw = Inflater.new(max_size)
           raw << bytes
-          return Decoder.new(raw.finish, max_frames: max_size / BYTES_PER_FRAME).decode
+          return Decoder.new(raw.finish, max_frames: max_size / BYTES_PER_FRAME, pace: pace).decode
         end
         if bytes.bytesize > max_size
           raise LimitError, "the input is #{size_text(bytes.bytesize)}, more than the #{size_text(max_size)} limit"
         end
 
-        decode_raw(bytes, max_size)
+        decode_raw(bytes, max_size, pace: pace)
       end
 
       # Reads and decodes a profile file, a pipe or a device (/dev/stdin), never holding more than
@@ -195,8 +195,8 @@ module Heapscope
 
       private
 
-      def decode_raw(bytes, max_size)
-        Decoder.new(bytes, max_frames: max_size / BYTES_PER_FRAME).decode
+      def decode_raw(bytes, max_size, pace: nil)
+        Decoder.new(bytes, max_frames: max_size / BYTES_PER_FRAME, pace: pace).decode
       rescue LimitError
         raise
       rescue DecodeError => e

@@ -25,7 +25,7 @@ module Heapscope
   # process, 10 by default: otherwise the profile is served without one and X-Heapscope-Gc says
   # so); seconds=N returns the change over the next N seconds (1..300); debug=1 returns a text top
   # list. Statuses: 200, 400 bad or conflicting parameters, 404 unknown path, 405 not GET/HEAD,
-  # 429 a delta is already being computed, 503 not running.
+  # 429 a delta is already being computed, or a debug=1 text (see TextLimiter), 503 not running.
   #
   # The rack gem is never required: this is a plain object with #call(env). The standalone
   # listener (lib/heapscope/http_server.rb) serves through the same object. Requests for
@@ -117,19 +117,21 @@ module Heapscope
 
     # A standalone app (no next app): for `run` under map, or `mount` in Rails routes. Its index page
     # links below wherever it is mounted.
-    def self.app(source: nil, gc_limiter: nil)
-      new(nil, source: source, gc_limiter: gc_limiter)
+    def self.app(source: nil, gc_limiter: nil, text_limiter: nil)
+      new(nil, source: source, gc_limiter: gc_limiter, text_limiter: text_limiter)
     end
 
     # app:        the next Rack app (middleware) or nil (a standalone app: other paths are 404).
     # source:     what profiles come from; anything answering running? and profile(gc:, type:).
     # gc_limiter: the GcLimiter for ?gc=1 (default: the process-wide GC_LIMITER).
+    # text_limiter: the TextLimiter for ?debug=1 (default: the process-wide TEXT_LIMITER).
     # labels:     as middleware, label the app's requests with their endpoint (RackLabels); default true.
-    def initialize(app = nil, source: nil, gc_limiter: nil, labels: true)
+    def initialize(app = nil, source: nil, gc_limiter: nil, text_limiter: nil, labels: true)
       @app = app
       @labels = app && labels ? RackLabels.new(app) : app
       @source = source || (require "heapscope"; Heapscope)
       @gc_limiter = gc_limiter || GC_LIMITER
+      @text_limiter = text_limiter || TEXT_LIMITER
     end
 
     # A request for the application passes through without allocating (unless the middleware sits
@@ -194,17 +196,14 @@ module Heapscope
 
         delta(type, params)
       else
+        return debug_text(type, params) if params[:debug]
+
         gc_note = nil
         bytes = with_gc(params[:gc]) do |forced, note|
           gc_note = note
           @source.profile(gc: forced, type: type)
         end
-        status, headers, body =
-          if params[:debug]
-            text(200, TextReport.render(bytes, type: type, note: gc_comment(gc_note)))
-          else
-            binary("#{name}.pb.gz", bytes)
-          end
+        status, headers, body = binary("#{name}.pb.gz", bytes)
         headers["x-heapscope-gc"] = gc_note if gc_note
         [status, headers, body]
       end
@@ -213,6 +212,27 @@ module Heapscope
       return not_running(e.message) if defined?(Heapscope::Error) && e.is_a?(Heapscope::Error)
 
       text(500, "heapscope: #{e.class}: #{e.message}\n")
+    end
+
+    # ?debug=1: the text top list, built under the text limiter (one at a time, a bounded share of a
+    # core, yielding the GVL every 0.5 ms: see TextLimiter), else 429 with the reason.
+    def debug_text(type, params)
+      gc_note = nil
+      outcome, value, wait = @text_limiter.run do
+        bytes = with_gc(params[:gc]) do |forced, note|
+          gc_note = note
+          @source.profile(gc: forced, type: type)
+        end
+        TextReport.render(bytes, type: type, note: gc_comment(gc_note), pace: Pacer.new)
+      end
+      if outcome == :refused
+        return text(429, "#{value}; retry in #{wait}s (the pprof profile, without debug=1, is not limited)\n",
+                    "retry-after" => wait.to_s)
+      end
+
+      status, headers, body = text(200, value)
+      headers["x-heapscope-gc"] = gc_note if gc_note
+      [status, headers, body]
     end
 
     # Parses the query into {gc:, debug:, seconds:}, or returns the reason it is bad (a String).
@@ -441,81 +461,9 @@ module Heapscope
         "cache-control" => "no-store",
       }.merge(extra), [message]]
     end
-
-    # TextReport renders a profile as the readable top list of ?debug=1: the allocation sites
-    # (leaf frame and class) holding the most, largest first, each with the standard error of its
-    # bytes as `heapscope top` computes it (Report::Sampling: the variance labels when the profile has
-    # them), and the sampling line of the reports' headers (which says when the budget lowered the rate).
-    module TextReport
-      ROW_LIMIT = 100
-
-      # Returns the text for gzipped pprof bytes; type :heap ranks by inuse_space, :allocs by alloc_space.
-      # note: one more comment line (e.g. why gc=1 was not honoured), or nil.
-      def self.render(bytes, type:, limit: nil, note: nil)
-        prof = Heapscope::Pprof.decode(bytes)
-        kind = type == :allocs ? "alloc" : "inuse"
-        space = prof.sample_index("#{kind}_space") || 0
-        count = prof.sample_index("#{kind}_objects") || space
-        sampling = Report::Sampling.new(prof)
-        var = Report::Sampling.variance_labels(prof)
-        # {[site, class] => value vector}: every type (and variance) summed, for the error.
-        rows = {}
-        prof.samples.each do |sample|
-          leaf = sample.frames.first
-          key = [leaf ? leaf.to_s : "(no frames)", sample.labels["class"].to_s]
-          values = var ? Report::Sampling.with_variances(sample, var) : sample.values
-          if (row = rows[key]) then Report::Sites.add(row, values)
-          else rows[key] = values.dup
-          end
-        end
-        total_space = rows.values.sum { |v| v[space].to_i }
-        total_count = rows.values.sum { |v| v[count].to_i }
-        ranked = rows.sort_by { |(site, klass), v| [-v[space], -v[count], site, klass] }
-        limit ||= ROW_LIMIT
-        out = +"heapscope #{type} profile, pid #{Process.pid}, #{Time.now.utc.strftime("%Y-%m-%dT%H:%M:%SZ")}\n"
-        out << "# #{kind}_space #{human(total_space)} in #{total_count} #{kind}_objects (estimates scaled from samples)\n"
-        out << "# sampling: #{sampling.describe}; error: standard error of #{kind}_space\n"
-        out << "# #{note}\n" if note
-        if (parts = Heapscope::Memory.of_profile(prof))
-          Heapscope::Memory.report_lines(parts, size: ->(b) { human(b) }).each { |line| out << "# #{line}\n" }
-        end
-        prof.comments.each { |c| out << "# #{c}\n" }
-        surfaces.each { |line| out << "# #{line}\n" }
-        out << format("%12s %7s %7s %12s  %-24s %s\n", "#{kind}_space", "error", "%", "objects", "class", "allocation site")
-        ranked.first(limit).each do |(site, klass), v|
-          share = total_space.zero? ? 0.0 : 100.0 * v[space] / total_space
-          error = v[space].zero? ? "-" : Report::Units.error(sampling.relative_error(v, space))
-          out << format("%12s %7s %6.2f%% %12d  %-24s %s\n", human(v[space].to_i), error, share, v[count].to_i,
-                        klass.empty? ? "-" : klass, site)
-        end
-        out << "# ... #{ranked.size - limit} more sites\n" if ranked.size > limit
-        out
-      end
-
-      # Counters of the autostarted surfaces (periodic files, Pyroscope pushes), when there are any.
-      def self.surfaces
-        return [] unless defined?(Heapscope::Auto) && Heapscope::Auto.config
-
-        Heapscope::Auto.stats.filter_map do |name, counters|
-          next unless counters.is_a?(Hash) && counters.values.all?(Integer)
-
-          "#{name}: #{counters.map { |k, v| "#{k}=#{v}" }.join(" ")}"
-        end
-      end
-
-      def self.human(bytes)
-        units = %w[B KiB MiB GiB TiB]
-        value = bytes.to_f
-        unit = 0
-        while value.abs >= 1024 && unit < units.size - 1
-          value /= 1024
-          unit += 1
-        end
-        unit.zero? ? "#{bytes}B" : format("%.1f%s", value, units[unit])
-      end
-    end
   end
 end
 
-# /debug/pprof/retainers (after Rack and its GcLimiter are defined).
+# ?debug=1's text and its limiter, and /debug/pprof/retainers (after Rack and its GcLimiter are defined).
+require "heapscope/rack_text"
 require "heapscope/rack_retainers"

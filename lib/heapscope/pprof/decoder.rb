@@ -19,9 +19,12 @@ module Heapscope
 
       # max_frames: the most stack frames the samples may expand to (nil: no limit), inlined lines
       # counted at every sample that refers to their location: the reports' work is proportional to it.
-      def initialize(buf, max_frames: nil)
+      # pace: called once per field and per sample (a Heapscope::Pacer, when other threads must get
+      # to run during a long decode), or nil.
+      def initialize(buf, max_frames: nil, pace: nil)
         @buf = buf
         @max_frames = max_frames
+        @pace = pace
       end
 
       # The string table can come anywhere in the message (Go writes it last), so the first pass collects
@@ -30,7 +33,9 @@ module Heapscope
         top = Wire::Reader.new(@buf, 0, @buf.bytesize, "Profile")
         @strings = []
         fields = []
+        pace = @pace
         until top.eof?
+          pace&.call
           field, wire = top.key
           if field == TAG_PROFILE_STRING_TABLE
             top.expect(field, wire, WIRE_BYTES)
@@ -80,7 +85,11 @@ module Heapscope
           end
         end
         prof.reindex
-        prof.samples = sample_readers.map { |r| sample(prof, r) }
+        pace = @pace
+        prof.samples = sample_readers.map do |r|
+          pace&.call
+          sample(prof, r)
+        end
         check_frames(prof) if @max_frames
         prof
       end
