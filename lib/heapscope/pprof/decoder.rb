@@ -150,7 +150,7 @@ module Heapscope
             r.expect(field, wire, WIRE_BYTES)
             labels ||= {}
             units ||= {}
-            label(r.message(field, "Label"), labels, units)
+            r.inside(field, "Label") { label(r, labels, units) }
           else r.skip(field, wire)
           end
         end
