@@ -14,9 +14,9 @@ module Heapscope
   class Pacer
     EVERY = 4
 
-    # slice: seconds of work between two yields (default 0.5 ms: an application thread waiting for the
+    # slice: seconds of work between two yields (default 0.2 ms: an application thread waiting for the
     # GVL then loses at most that per wake-up, and a render pays a few microseconds per hand-over).
-    def initialize(slice: 0.0005)
+    def initialize(slice: 0.0002)
       @slice = slice
       @steps = 0
       @since = clock

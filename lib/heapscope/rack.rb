@@ -214,7 +214,7 @@ module Heapscope
     end
 
     # ?debug=1: the text top list, built under the text limiter (one at a time, a bounded share of a
-    # core, yielding the GVL every 0.5 ms: see TextLimiter), else 429 with the reason.
+    # core, yielding the GVL every 0.2 ms: see TextLimiter), else 429 with the reason.
     def debug_text(type, params)
       gc_note = nil
       outcome, value, wait = @text_limiter.run do

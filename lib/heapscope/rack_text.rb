@@ -5,10 +5,10 @@ require "heapscope/pacer"
 module Heapscope
   class Rack
     # TextLimiter bounds what ?debug=1 costs the application. Its text is built in Ruby, holding the
-    # GVL: decoding the profile and ranking its sites cost the application 50-130 us per profile
-    # sample (80,000 samples: 4-10 s per text), and two clients at once left an application thread
+    # GVL: decoding the profile and ranking its sites cost the application 50-133 us per profile
+    # sample (80,000 samples: 8-21 s per text), and two clients at once left an application thread
     # that waits on I/O at 2-3% of its speed. So one text is built at a time in the process (others get 429 at
-    # once), it yields the GVL every 0.5 ms (Pacer), and texts spend CPU from a bucket: it holds at
+    # once), it yields the GVL every 0.2 ms (Pacer), and texts spend CPU from a bucket: it holds at
     # most BURST seconds and refills at `share` seconds per second, and a text may start only while
     # the bucket is not empty (one that overdraws it delays the next until it is refilled). Clients
     # looping on debug=1 thus get at most `share` of one core on average (a fifth by default), while
