@@ -141,6 +141,8 @@ module Heapscope
     # Writes bytes within HIJACKED_WRITE_TIMEOUT (a client that stops reading costs this thread no
     # longer); false when they could not all be written.
     def write_fully(socket, bytes)
+      return socket.write(bytes) == bytes.bytesize unless socket.respond_to?(:write_nonblock) # no deadline then
+
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + HIJACKED_WRITE_TIMEOUT
       until bytes.empty?
         written = socket.write_nonblock(bytes, exception: false)
