@@ -190,7 +190,8 @@ module Heapscope
         _config, parser = EnvConfig.parse_with_problems(token.merge(flags))
         parser.problems.each do |var, value, reason|
           flag = RUN_FLAGS.find { |_f, (v, _a, _h)| v == var }&.first
-          return usage_error(flag ? "#{flag} #{value.inspect} is invalid: #{reason}" : "#{var}=#{value.inspect} is invalid: #{reason}")
+          shown = EnvConfig.quote(value)
+          return usage_error(flag ? "#{flag} #{shown} is invalid: #{reason}" : "#{var}=#{shown} is invalid: #{reason}")
         end
         [flags, args]
       end

@@ -135,13 +135,27 @@ module Heapscope
       def parse_labels(text)
         text.split(",").map(&:strip).reject(&:empty?).to_h do |pair|
           key, value = pair.split("=", 2)
-          raise ArgumentError, "#{pair.inspect} is not key=value" if value.nil? || value.empty?
-          raise ArgumentError, "label name #{key.inspect} must start with a letter or _ and hold only letters, digits, _ and ." unless key.match?(LABEL_KEY)
-          raise ArgumentError, "label value #{value.inspect} must not contain {}=, or quotes" if value.match?(/[{}=,"']/)
+          raise ArgumentError, "#{quote(pair)} is not key=value" if value.nil? || value.empty?
+          raise ArgumentError, "label name #{quote(key)} must start with a letter or _ and hold only letters, digits, _ and ." unless key.match?(LABEL_KEY)
+          raise ArgumentError, "label value #{quote(value)} must not contain {}=, or quotes" if value.match?(/[{}=,"']/)
 
           [key, value]
         end
       end
+    end
+
+    # Up to this many characters of a bad value are quoted in its error line: the lines go to the
+    # application's logs, and a value can be as long as the environment allows (100,000 characters
+    # were echoed whole).
+    QUOTE_LIMIT = 80
+
+    # A value as error lines show it: inspected, and when long, its first QUOTE_LIMIT characters
+    # followed by "... (N characters)".
+    def self.quote(value)
+      text = value.to_s
+      return text.inspect if text.length <= QUOTE_LIMIT
+
+      "#{text[0, QUOTE_LIMIT].inspect}... (#{text.length} characters)"
     end
 
     # Parser reads one variable at a time and collects an error line for each bad one.
@@ -159,7 +173,7 @@ module Heapscope
       def errors
         order = VARIABLES.keys
         @problems.sort_by { |name, _, _| order.index(name) || order.size }.map do |name, value, reason|
-          shown = SECRETS.include?(name) ? " (#{value.to_s.length} characters, not shown)" : "=#{value.inspect}"
+          shown = SECRETS.include?(name) ? " (#{value.to_s.length} characters, not shown)" : "=#{EnvConfig.quote(value)}"
           "heapscope: #{name}#{shown} is invalid: #{reason}"
         end
       end
@@ -178,37 +192,52 @@ module Heapscope
         value.empty? ? nil : value
       end
 
-      def integer(name, default, min, max)
-        text = string(name)
-        return default if text.nil?
-        return bad(name, "must be an integer from #{min} to #{max}") unless text.match?(/\A[+]?\d+\z/)
+      # A number's or size's value exactly as set (nil when unset, empty or only spaces, as for every
+      # variable): unlike other values it is not stripped, so " 5" is an error rather than 5
+      # (docs/surfaces.md: digits only).
+      def exact(name)
+        value = @env[name]
+        value.nil? || value.strip.empty? ? nil : value
+      end
 
-        value = Integer(text.delete_prefix("+"), 10)
-        return bad(name, "must be an integer from #{min} to #{max}") unless value.between?(min, max)
+      # reason, plus what is wrong when text holds spaces (the likeliest cause of a number not parsing).
+      def numeric_reason(text, reason)
+        text.match?(/\s/) ? "#{reason} (digits only: it has spaces)" : reason
+      end
+
+      def integer(name, default, min, max)
+        text = exact(name)
+        return default if text.nil?
+        reason = "must be an integer from #{min} to #{max}"
+        return bad(name, numeric_reason(text, reason)) unless text.match?(/\A\d+\z/)
+
+        value = Integer(text, 10)
+        return bad(name, reason) unless value.between?(min, max)
 
         value
       end
 
       def number(name, default, min, max)
-        text = string(name)
+        text = exact(name)
         return default if text.nil?
-        return bad(name, "must be a number of seconds from #{min} to #{max}") unless text.match?(/\A\d+(\.\d+)?\z/)
+        reason = "must be a number of seconds from #{min} to #{max}"
+        return bad(name, numeric_reason(text, reason)) unless text.match?(/\A\d+(\.\d+)?\z/)
 
         value = Float(text)
-        return bad(name, "must be a number of seconds from #{min} to #{max}") unless value.between?(min, max)
+        return bad(name, reason) unless value.between?(min, max)
 
         value
       end
 
       # A fraction in (0, 1], or nil for "off" (when off is allowed); :unset when the variable is not set.
       def fraction(name, off: true)
-        text = string(name)
+        text = exact(name)
         return :unset if text.nil?
         return nil if off && %w[off none].include?(text.downcase)
 
         value = Float(text) if text.match?(/\A\d*\.?\d+\z/)
         unless value&.positive? && value <= 1
-          return bad(name, "must be a number above 0 and at most 1#{off ? ", or off" : ""}")
+          return bad(name, numeric_reason(text, "must be a number above 0 and at most 1#{off ? ", or off" : ""}"))
         end
 
         value
@@ -283,9 +312,9 @@ module Heapscope
             signal = bad("HEAPSCOPE_SIGNAL", "must be one of #{Dumps::SIGNALS.join(", ")}")
           end
         end
-        unless rss || string("HEAPSCOPE_DUMP_RSS")
+        unless rss || exact("HEAPSCOPE_DUMP_RSS")
           bad("HEAPSCOPE_DUMP_RSS_STEP", "needs HEAPSCOPE_DUMP_RSS") if step
-          bad("HEAPSCOPE_DUMP_INTERVAL", "needs HEAPSCOPE_DUMP_RSS") if string("HEAPSCOPE_DUMP_INTERVAL") && interval
+          bad("HEAPSCOPE_DUMP_INTERVAL", "needs HEAPSCOPE_DUMP_RSS") if exact("HEAPSCOPE_DUMP_INTERVAL") && interval
         end
         return nil unless rss || signal
 
@@ -294,12 +323,15 @@ module Heapscope
 
       # A size like 1.5G, 800M, 800MiB or a number of bytes; nil when unset or bad (then a problem).
       def size(name)
-        text = string(name)
+        text = exact(name)
         return nil if text.nil?
+
+        reason = "must be a positive size like 1.5G, 512M or 800MiB (binary units)"
+        return bad(name, numeric_reason(text, reason)) if text.match?(/\s/) # parse_size allows spaces (Ruby callers)
 
         Dumps.parse_size(text, name)
       rescue ArgumentError
-        bad(name, "must be a positive size like 1.5G, 512M or 800MiB (binary units)")
+        bad(name, reason)
       end
 
       def pyroscope

@@ -407,6 +407,7 @@ module Heapscope
       env = {
         "REQUEST_METHOD" => request.method, "SCRIPT_NAME" => "", "PATH_INFO" => path, "QUERY_STRING" => query.to_s,
         "SERVER_NAME" => @host, "SERVER_PORT" => port.to_s, "rack.url_scheme" => "http",
+        "heapscope.listener" => true, # a delta waits on this worker, up to Rack::MAX_SECONDS
       }
       done = @done
       job = lambda do

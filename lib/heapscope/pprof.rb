@@ -51,21 +51,22 @@ module Heapscope
     class << self
       # Decodes a profile from gzipped or raw profile.proto bytes. Raises DecodeError (LimitError when the
       # bytes, decompressed, their frames or their samples exceed max_size). share: equal samples become
-      # one frozen Sample (Decoder#initialize), for readers that do not change what they read.
-      def decode(bytes, max_size: DEFAULT_MAX_SIZE, share: false)
+      # one frozen Sample (Decoder#initialize), for readers that do not change what they read. pace: see
+      # Decoder#initialize.
+      def decode(bytes, max_size: DEFAULT_MAX_SIZE, share: false, pace: nil)
         bytes = bytes.b unless bytes.encoding == Encoding::BINARY
         raise DecodeError, "empty input (not a pprof profile)" if bytes.empty?
 
         if bytes.start_with?(GZIP_MAGIC)
           raw = Inflater.new(max_size)
           raw << bytes
-          return decoder(raw.finish, max_size, share).decode
+          return decoder(raw.finish, max_size, share, pace).decode
         end
         if bytes.bytesize > max_size
           raise LimitError, "the input is #{size_text(bytes.bytesize)}, more than the #{size_text(max_size)} limit"
         end
 
-        decode_raw(bytes, max_size, share)
+        decode_raw(bytes, max_size, share, pace)
       end
 
       # Reads and decodes a profile file, a pipe or a device (/dev/stdin), never holding more than
@@ -205,13 +206,13 @@ module Heapscope
       private
 
       # A Decoder with the limits that go with max_size.
-      def decoder(raw, max_size, share)
+      def decoder(raw, max_size, share, pace = nil)
         Decoder.new(raw, max_frames: max_size / BYTES_PER_FRAME, max_samples: max_size / BYTES_PER_SAMPLE,
-                         max_occurrences: max_size / BYTES_PER_OCCURRENCE, share: share)
+                         max_occurrences: max_size / BYTES_PER_OCCURRENCE, share: share, pace: pace)
       end
 
-      def decode_raw(bytes, max_size, share)
-        decoder(bytes, max_size, share).decode
+      def decode_raw(bytes, max_size, share, pace = nil)
+        decoder(bytes, max_size, share, pace).decode
       rescue LimitError
         raise
       rescue DecodeError => e

@@ -23,9 +23,10 @@ module Heapscope
   # Endpoints: /debug/pprof/ (index), /debug/pprof/heap, /debug/pprof/allocs.
   # Query: gc=1 runs a full GC first (at most one forced GC per Rack.gc_interval seconds in the
   # process, 10 by default: otherwise the profile is served without one and X-Heapscope-Gc says
-  # so); seconds=N returns the change over the next N seconds (1..300); debug=1 returns a text top
-  # list. Statuses: 200, 400 bad or conflicting parameters, 404 unknown path, 405 not GET/HEAD,
-  # 429 a delta is already being computed, 503 not running.
+  # so); seconds=N returns the change over the next N seconds (1..300, waited on a heapscope thread
+  # when the server offers a full rack.hijack, else on the request's thread and at most 30: see
+  # rack_delta.rb); debug=1 returns a text top list. Statuses: 200, 400 bad or conflicting parameters, 404 unknown path, 405 not GET/HEAD,
+  # 429 a delta is already being computed, or a debug=1 text (see TextLimiter), 503 not running.
   #
   # The rack gem is never required: this is a plain object with #call(env). The standalone
   # listener (lib/heapscope/http_server.rb) serves through the same object. Requests for
@@ -43,9 +44,6 @@ module Heapscope
       "memstats" => "where RSS went, as JSON: Ruby object heap, malloc, the profiled objects, the unexplained rest",
       "retainers" => "who keeps a site's objects alive: ?site=FILE:LINE (paths from a GC root; pauses the application)",
     }.freeze
-
-    # One delta profile at a time for the whole process (each one holds a request for N seconds).
-    DELTA_LOCK = Mutex.new
 
     # GcLimiter bounds the full GCs that HTTP clients can force: one per interval seconds, counted
     # from the end of the previous forced GC. A GC stops the whole process (0.2-1.4 s at 3M objects),
@@ -117,19 +115,21 @@ module Heapscope
 
     # A standalone app (no next app): for `run` under map, or `mount` in Rails routes. Its index page
     # links below wherever it is mounted.
-    def self.app(source: nil, gc_limiter: nil)
-      new(nil, source: source, gc_limiter: gc_limiter)
+    def self.app(source: nil, gc_limiter: nil, text_limiter: nil)
+      new(nil, source: source, gc_limiter: gc_limiter, text_limiter: text_limiter)
     end
 
     # app:        the next Rack app (middleware) or nil (a standalone app: other paths are 404).
     # source:     what profiles come from; anything answering running? and profile(gc:, type:).
     # gc_limiter: the GcLimiter for ?gc=1 (default: the process-wide GC_LIMITER).
+    # text_limiter: the TextLimiter for ?debug=1 (default: the process-wide TEXT_LIMITER).
     # labels:     as middleware, label the app's requests with their endpoint (RackLabels); default true.
-    def initialize(app = nil, source: nil, gc_limiter: nil, labels: true)
+    def initialize(app = nil, source: nil, gc_limiter: nil, text_limiter: nil, labels: true)
       @app = app
       @labels = app && labels ? RackLabels.new(app) : app
       @source = source || (require "heapscope"; Heapscope)
       @gc_limiter = gc_limiter || GC_LIMITER
+      @text_limiter = text_limiter || TEXT_LIMITER
     end
 
     # A request for the application passes through without allocating (unless the middleware sits
@@ -158,7 +158,7 @@ module Heapscope
                                           "#{listing(PROFILES.keys.map { |name| "#{PREFIX}/#{name}" })}\n")
       else
         status, headers, body = route(env["REQUEST_METHOD"], rest, env["QUERY_STRING"].to_s,
-                                      inline: env["heapscope.inline"], base: base)
+                                      inline: env["heapscope.inline"], base: base, env: env)
       end
       headers["x-heapscope-pid"] = Process.pid.to_s
       body = [] if env["REQUEST_METHOD"] == "HEAD"
@@ -166,8 +166,9 @@ module Heapscope
     end
 
     # inline: the standalone listener could not start a thread and serves this request on its event
-    # loop, which a delta (seconds=N) would hold for N seconds.
-    def route(method, rest, query, inline: false, base: PREFIX)
+    # loop, which a delta (seconds=N) would hold for N seconds. env: the request's (a delta may take
+    # over its socket: rack_delta.rb).
+    def route(method, rest, query, inline: false, base: PREFIX, env: {})
       name = rest.delete_prefix("/")
       unless name.empty? || PROFILES.key?(name)
         return text(404, "unknown profile #{name.inspect}: heapscope serves #{listing(PROFILES.keys)}\n")
@@ -192,19 +193,16 @@ module Heapscope
                            "(thread limit reached?); retry later\n", "retry-after" => "5")
         end
 
-        delta(type, params)
+        delta(type, params, env)
       else
+        return debug_text(type, params) if params[:debug]
+
         gc_note = nil
         bytes = with_gc(params[:gc]) do |forced, note|
           gc_note = note
           @source.profile(gc: forced, type: type)
         end
-        status, headers, body =
-          if params[:debug]
-            text(200, TextReport.render(bytes, type: type, note: gc_comment(gc_note)))
-          else
-            binary("#{name}.pb.gz", bytes)
-          end
+        status, headers, body = binary("#{name}.pb.gz", bytes)
         headers["x-heapscope-gc"] = gc_note if gc_note
         [status, headers, body]
       end
@@ -213,6 +211,27 @@ module Heapscope
       return not_running(e.message) if defined?(Heapscope::Error) && e.is_a?(Heapscope::Error)
 
       text(500, "heapscope: #{e.class}: #{e.message}\n")
+    end
+
+    # ?debug=1: the text top list, built under the text limiter (one at a time, a bounded share of a
+    # core, yielding the GVL every 0.2 ms: see TextLimiter), else 429 with the reason.
+    def debug_text(type, params)
+      gc_note = nil
+      outcome, value, wait = @text_limiter.run do
+        bytes = with_gc(params[:gc]) do |forced, note|
+          gc_note = note
+          @source.profile(gc: forced, type: type)
+        end
+        TextReport.render(bytes, type: type, note: gc_comment(gc_note), pace: Pacer.new)
+      end
+      if outcome == :refused
+        return text(429, "#{value}; retry in #{wait}s (the pprof profile, without debug=1, is not limited)\n",
+                    "retry-after" => wait.to_s)
+      end
+
+      status, headers, body = text(200, value)
+      headers["x-heapscope-gc"] = gc_note if gc_note
+      [status, headers, body]
     end
 
     # Parses the query into {gc:, debug:, seconds:}, or returns the reason it is bad (a String).
@@ -280,91 +299,6 @@ module Heapscope
 
       "gc=1 skipped: at most one forced GC per #{@gc_limiter.interval}s in this process; the next is allowed in " \
         "#{note[/\d+\z/]}s; objects that died since the last GC still count as live"
-    end
-
-    # The change over the next N seconds: allocs = new allocations, heap = change in live objects
-    # per site (negative where objects died). Only one runs at a time; others get 429.
-    def delta(type, params)
-      return text(429, "another delta profile is being computed; retry later\n", "retry-after" => params[:seconds].to_s) unless DELTA_LOCK.try_lock
-
-      begin
-        # Both ends with a GC or neither, so garbage does not count on one side only: the limiter is
-        # asked once, and a booked GC is held across the window (released after the second one).
-        note = nil
-        older = newer = nil
-        with_gc(params[:gc]) do |forced, gc_note|
-          note = gc_note
-          older = @source.profile(gc: forced, type: type)
-          sleep(params[:seconds])
-          newer = @source.profile(gc: forced, type: type) if @source.running?
-        end
-        return not_running if newer.nil?
-
-        diff = DeltaVariance.subtract(by_site(Heapscope::Pprof.decode(newer)), by_site(Heapscope::Pprof.decode(older)))
-        diff.duration_nanos = params[:seconds] * 1_000_000_000
-        # The memory figures are a moment's, not a change: readers would set them beside the delta's total.
-        diff.comments.reject! { |c| c.start_with?(Heapscope::Memory::COMMENT) }
-        diff.comments << "heapscope delta profile: #{type} change over #{params[:seconds]}s (negative values: fewer live objects)"
-        diff.comments << DeltaVariance::COMMENT if Report::Sampling.variance_labels(diff)
-        status, headers, body = binary("#{type}-delta-#{params[:seconds]}s.pb.gz", diff.to_pprof(gzip: true))
-        headers["x-heapscope-gc"] = note if note
-        [status, headers, body]
-      ensure
-        DELTA_LOCK.unlock
-      end
-    end
-
-    # Drops the gc_age label, which changes as objects age: a delta compares sites (stack and class),
-    # and an object that merely got older must not show as -1 in one age bucket and +1 in the next.
-    def by_site(prof)
-      prof.samples.each { |sample| sample.labels.delete("gc_age") }
-      prof
-    end
-
-    # DeltaVariance subtracts two snapshots of one process that carry variance labels (see
-    # Report::Sampling), so the delta carries labels a reader can trust. Subtracting by (stack, labels)
-    # would never match a sample, since its variance changes between the two; so the labels become
-    # extra values for the subtraction and labels again afterwards:
-    #   alloc_*: allocations since start only grow, and what the window adds is sampled independently of
-    #            what came before, so the change's variance is new - old (at least 0);
-    #   inuse_*: the objects alive in both snapshots are the same samples (positively correlated), so
-    #            new + old is an upper bound of the change's variance: errors err on the safe side;
-    #   variance groups (windowed sampling): a group's part is a sum over its windows, and a window is in
-    #            the same group in both snapshots, so the delta's parts are new - old, for alloc_* and
-    #            inuse_* alike (objects alive in both cancel), and readers compute the change's variance
-    #            from them (with the newer snapshot's design line: an approximation for alloc_*, whose
-    #            change came from the windows since the older one).
-    module DeltaVariance
-      COMMENT = "variance labels of this delta: alloc_* new - old, inuse_* new + old (an upper bound); variance groups new - old"
-
-      def self.subtract(newer, older)
-        names = Report::Sampling.variance_labels(newer)
-        return Heapscope::Pprof.subtract(newer, older) unless names && Report::Sampling.variance_labels(older)
-
-        n = newer.sample_types.size
-        [newer, older].each do |prof|
-          inuse_sign = prof.equal?(older) ? -1 : 1 # old's inuse variances negated: subtracting adds them
-          prof.sample_types += names.map { |name| [name, "variance"] }
-          prof.samples.each do |sample|
-            extra = names.map do |name|
-              v = sample.labels.delete(name)
-              v = 0 unless v.is_a?(Integer)
-              name.start_with?("inuse_") && name.end_with?(Report::Sampling::VARIANCE_SUFFIX) ? v * inuse_sign : v
-            end
-            sample.values.concat(extra)
-          end
-        end
-        diff = Heapscope::Pprof.subtract(newer, older)
-        diff.sample_types = diff.sample_types.first(n)
-        diff.samples.each do |sample|
-          sample.values.pop(names.size).each_with_index do |v, i|
-            group = !names[i].end_with?(Report::Sampling::VARIANCE_SUFFIX)
-            sample.labels[names[i]] = v if group ? !v.zero? : v.positive?
-          end
-        end
-        diff.samples.reject! { |sample| sample.values.all?(&:zero?) }
-        diff
-      end
     end
 
     HTML_ESCAPES = { "&" => "&amp;", "<" => "&lt;", ">" => "&gt;", '"' => "&quot;", "'" => "&#39;" }.freeze
@@ -441,81 +375,11 @@ module Heapscope
         "cache-control" => "no-store",
       }.merge(extra), [message]]
     end
-
-    # TextReport renders a profile as the readable top list of ?debug=1: the allocation sites
-    # (leaf frame and class) holding the most, largest first, each with the standard error of its
-    # bytes as `heapscope top` computes it (Report::Sampling: the variance labels when the profile has
-    # them), and the sampling line of the reports' headers (which says when the budget lowered the rate).
-    module TextReport
-      ROW_LIMIT = 100
-
-      # Returns the text for gzipped pprof bytes; type :heap ranks by inuse_space, :allocs by alloc_space.
-      # note: one more comment line (e.g. why gc=1 was not honoured), or nil.
-      def self.render(bytes, type:, limit: nil, note: nil)
-        prof = Heapscope::Pprof.decode(bytes)
-        kind = type == :allocs ? "alloc" : "inuse"
-        space = prof.sample_index("#{kind}_space") || 0
-        count = prof.sample_index("#{kind}_objects") || space
-        sampling = Report::Sampling.new(prof)
-        var = Report::Sampling.variance_labels(prof)
-        # {[site, class] => value vector}: every type (and variance) summed, for the error.
-        rows = {}
-        prof.samples.each do |sample|
-          leaf = sample.frames.first
-          key = [leaf ? leaf.to_s : "(no frames)", sample.labels["class"].to_s]
-          values = var ? Report::Sampling.with_variances(sample, var) : sample.values
-          if (row = rows[key]) then Report::Sites.add(row, values)
-          else rows[key] = values.dup
-          end
-        end
-        total_space = rows.values.sum { |v| v[space].to_i }
-        total_count = rows.values.sum { |v| v[count].to_i }
-        ranked = rows.sort_by { |(site, klass), v| [-v[space], -v[count], site, klass] }
-        limit ||= ROW_LIMIT
-        out = +"heapscope #{type} profile, pid #{Process.pid}, #{Time.now.utc.strftime("%Y-%m-%dT%H:%M:%SZ")}\n"
-        out << "# #{kind}_space #{human(total_space)} in #{total_count} #{kind}_objects (estimates scaled from samples)\n"
-        out << "# sampling: #{sampling.describe}; error: standard error of #{kind}_space\n"
-        out << "# #{note}\n" if note
-        if (parts = Heapscope::Memory.of_profile(prof))
-          Heapscope::Memory.report_lines(parts, size: ->(b) { human(b) }).each { |line| out << "# #{line}\n" }
-        end
-        prof.comments.each { |c| out << "# #{c}\n" }
-        surfaces.each { |line| out << "# #{line}\n" }
-        out << format("%12s %7s %7s %12s  %-24s %s\n", "#{kind}_space", "error", "%", "objects", "class", "allocation site")
-        ranked.first(limit).each do |(site, klass), v|
-          share = total_space.zero? ? 0.0 : 100.0 * v[space] / total_space
-          error = v[space].zero? ? "-" : Report::Units.error(sampling.relative_error(v, space))
-          out << format("%12s %7s %6.2f%% %12d  %-24s %s\n", human(v[space].to_i), error, share, v[count].to_i,
-                        klass.empty? ? "-" : klass, site)
-        end
-        out << "# ... #{ranked.size - limit} more sites\n" if ranked.size > limit
-        out
-      end
-
-      # Counters of the autostarted surfaces (periodic files, Pyroscope pushes), when there are any.
-      def self.surfaces
-        return [] unless defined?(Heapscope::Auto) && Heapscope::Auto.config
-
-        Heapscope::Auto.stats.filter_map do |name, counters|
-          next unless counters.is_a?(Hash) && counters.values.all?(Integer)
-
-          "#{name}: #{counters.map { |k, v| "#{k}=#{v}" }.join(" ")}"
-        end
-      end
-
-      def self.human(bytes)
-        units = %w[B KiB MiB GiB TiB]
-        value = bytes.to_f
-        unit = 0
-        while value.abs >= 1024 && unit < units.size - 1
-          value /= 1024
-          unit += 1
-        end
-        unit.zero? ? "#{bytes}B" : format("%.1f%s", value, units[unit])
-      end
-    end
   end
 end
 
-# /debug/pprof/retainers (after Rack and its GcLimiter are defined).
+# seconds=N deltas, ?debug=1's text and its limiter, and /debug/pprof/retainers (after Rack and its
+# GcLimiter are defined).
+require "heapscope/rack_delta"
+require "heapscope/rack_text"
 require "heapscope/rack_retainers"

@@ -77,6 +77,8 @@ module Heapscope
       MAX_DRAIN = 65_536
       CHUNK = 4096
       TOKEN = /\A[!#$%&'*+\-.^_`|~0-9A-Za-z]+\z/.freeze
+      LINE_END = /\r?\n/n.freeze
+      HEAD_END = /\r?\n\r?\n/n.freeze
 
       attr_reader :sock, :state
       # When the loop acts on this connection next (408, abandon a write, end a linger); nil: never.
@@ -93,6 +95,7 @@ module Heapscope
         @state = :reading
         @deadline = deadline
         @buffer = +"".b
+        @scanned = 0
         @in_flight = false
       end
 
@@ -164,9 +167,14 @@ module Heapscope
           raise RequestError.new(400, "malformed request line")
         end
 
-        head_end = @buffer.index("\r\n\r\n")
+        # Lines end in CRLF, or in a bare LF, which RFC 9112 (section 2.2) lets a recipient accept
+        # (printf and nc send those; waiting for a CRLF that never comes gave them 408 after 5 s).
+        # The search resumes where the last one stopped (less 3 bytes, an end split between reads), so a
+        # client trickling its head byte by byte costs one pass over it, not one per byte.
+        head_end = @buffer.index(HEAD_END, @scanned)
         unless head_end
-          line_end = @buffer.index("\r\n")
+          @scanned = [@buffer.bytesize - 3, 0].max
+          line_end = @buffer.index("\n")
           raise RequestError.new(414, "request line longer than #{MAX_REQUEST_LINE} bytes") if (line_end || @buffer.bytesize) > MAX_REQUEST_LINE
           raise RequestError.new(431, "request headers larger than #{MAX_HEADER_BYTES} bytes") if @buffer.bytesize > MAX_HEADER_BYTES
 
@@ -174,7 +182,9 @@ module Heapscope
         end
         raise RequestError.new(431, "request headers larger than #{MAX_HEADER_BYTES} bytes") if head_end > MAX_HEADER_BYTES
 
-        request_line, *lines = @buffer[0, head_end].split("\r\n")
+        request_line, *lines = @buffer[0, head_end].split(LINE_END)
+        # A CR not followed by LF is not a line end, and RFC 9112 forbids passing it on.
+        raise RequestError.new(400, "bare CR in the request head") if request_line.include?("\r") || lines.any? { |l| l.include?("\r") }
         raise RequestError.new(414, "request line longer than #{MAX_REQUEST_LINE} bytes") if request_line.bytesize > MAX_REQUEST_LINE
         raise RequestError.new(431, "more than #{MAX_HEADER_LINES} header lines") if lines.size > MAX_HEADER_LINES
 

@@ -27,11 +27,14 @@ module Heapscope
       # an Array slot (the reports read samples and never change them; a program that edits a decoded
       # profile leaves share off and gets a Sample of its own per occurrence); then max_occurrences
       # bounds all of them, the time the reports take.
-      def initialize(buf, max_frames: nil, max_samples: nil, max_occurrences: nil, share: false)
+      # pace: called once per field and per sample (a Heapscope::Pacer, when other threads must get
+      # to run during a long decode), or nil.
+      def initialize(buf, max_frames: nil, max_samples: nil, max_occurrences: nil, share: false, pace: nil)
         @buf = buf
         @max_frames = max_frames
         @max_samples = max_samples
         @max_occurrences = max_occurrences
+        @pace = pace
         @shared = share
         @share = share ? {} : nil # encoding -> index in @ranges / 2, while reading
         @ranges = [] # start, end of each distinct sample's encoding
@@ -46,7 +49,9 @@ module Heapscope
         top = Wire::Reader.new(@buf, 0, @buf.bytesize, "Profile")
         @strings = []
         fields = []
+        pace = @pace
         until top.eof?
+          pace&.call
           if (from = top.bytes_after(SAMPLE_KEY))
             note_sample(from, top.pos)
             next
@@ -130,7 +135,9 @@ module Heapscope
       def samples(prof)
         @share = nil # its keys, a String per distinct sample, can go while the Samples are made
         stacks = {} # with share: one frozen ids Array per stack (a stack recurs with other labels, values)
+        pace = @pace
         distinct = Array.new(@ranges.size / 2) do |k|
+          pace&.call
           sample = sample(prof, Wire::Reader.new(@buf, @ranges[2 * k], @ranges[2 * k + 1], "Sample"), stacks)
           if @shared
             sample.values.freeze
@@ -198,7 +205,7 @@ module Heapscope
             r.expect(field, wire, WIRE_BYTES)
             labels ||= {}
             units ||= {}
-            label(r.message(field, "Label"), labels, units)
+            r.inside(field, "Label") { label(r, labels, units) }
           else r.skip(field, wire)
           end
         end

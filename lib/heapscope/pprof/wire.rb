@@ -101,6 +101,26 @@ module Heapscope
           Reader.new(@buf, s, e, name)
         end
 
+        # Yields with this reader narrowed to the nested message at the current field (named name in
+        # errors), then moves past it: what #message does without a Reader per message, for the many
+        # small ones (a sample's labels).
+        def inside(field, name)
+          s, e = length_delimited(field)
+          limit = @limit
+          what = @what
+          after = @pos
+          @pos = s
+          @limit = e
+          @what = name
+          begin
+            yield
+          ensure
+            @pos = after
+            @limit = limit
+            @what = what
+          end
+        end
+
         def string(field)
           s, e = length_delimited(field)
           @buf.byteslice(s, e - s).force_encoding(Encoding::UTF_8)
