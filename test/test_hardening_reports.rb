@@ -218,7 +218,10 @@ class TestHardeningReports < Minitest::Test
     r = heapscope("retainers", chunked, "a.rb:1", timeout: 120)
     assert_equal [0, "ok \\eend\n", ""], [r.status, r.out, r.err]
   ensure
-    @servers&.each { |server, thread| thread.kill; server.close }
+    @servers&.each do |server, threads|
+      threads.dup.each(&:kill)
+      server.close
+    end
   end
 
   # --- item 10: bad input is exit 2 (or read), never an internal error -----------------------------
@@ -323,10 +326,11 @@ class TestHardeningReports < Minitest::Test
   # first bytes); returns its URL. The test's ensure stops it.
   def hostile_server(&answer)
     server = TCPServer.new("127.0.0.1", 0)
-    thread = Thread.new do
+    threads = []
+    threads << Thread.new do
       loop do
         client = server.accept
-        Thread.new(client) do |c|
+        threads << Thread.new(client) do |c|
           c.readpartial(4096)
           answer.call(c)
         rescue StandardError
@@ -338,7 +342,7 @@ class TestHardeningReports < Minitest::Test
     rescue StandardError
       nil
     end
-    (@servers ||= []) << [server, thread]
+    (@servers ||= []) << [server, threads]
     "http://127.0.0.1:#{server.addr[1]}"
   end
 

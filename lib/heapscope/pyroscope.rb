@@ -27,11 +27,11 @@ module Heapscope
   # costs no memory; and stop abandons a post in flight, so exit waits on the network for at most
   # flush_timeout plus about a second. The client is a few lines on Socket (and OpenSSL for https,
   # verifying the certificate against the system's store) rather than Net::HTTP, whose timeouts
-  # are per read and which reads whole bodies (HttpClient, shared with the report commands' GET). Like Net::HTTP it honours http_proxy and no_proxy
-  # (never for a loopback server), tunnelling https with CONNECT; proxy: overrides them.
+  # are per read and which reads whole bodies; that part is HttpClient, shared with the report
+  # commands' GET. Like Net::HTTP it honours http_proxy and no_proxy (never for a loopback server),
+  # tunnelling https with CONNECT; proxy: overrides them.
   class Pyroscope
     extend InternalNew
-
     include HttpClient
 
     # The most bytes of an answer read: enough for its status line and headers.
