@@ -9,7 +9,7 @@
 #
 #   bundle exec ruby -Ilib bench/debug_text_cost.rb [SITES=40000] [CLIENTS=2]
 require "heapscope"
-require "heapscope/rack"
+require "heapscope/surfaces/rack"
 
 sites = Integer(ARGV[0] || 40_000)
 clients = Integer(ARGV[1] || 2)

@@ -278,11 +278,11 @@ require_relative "heapscope/memory"
 require_relative "heapscope/retainers"
 require_relative "heapscope/pprof"
 require_relative "heapscope/env_config"
-require_relative "heapscope/rack"
-require_relative "heapscope/http_server"
-require_relative "heapscope/periodic_writer"
-require_relative "heapscope/dumps"
-require_relative "heapscope/pyroscope"
-require_relative "heapscope/autostart"
-# Rails loaded first (config/application.rb's order): the Railtie too (lib/heapscope/rails.rb).
-require_relative "heapscope/rails" if defined?(::Rails::Railtie)
+require_relative "heapscope/surfaces/rack"
+require_relative "heapscope/surfaces/http_server"
+require_relative "heapscope/surfaces/periodic_writer"
+require_relative "heapscope/surfaces/dumps"
+require_relative "heapscope/surfaces/pyroscope"
+require_relative "heapscope/surfaces/autostart"
+# Rails loaded first (config/application.rb's order): the Railtie too (lib/heapscope/surfaces/rails.rb).
+require_relative "heapscope/surfaces/rails" if defined?(::Rails::Railtie)

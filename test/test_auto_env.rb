@@ -316,7 +316,7 @@ class TestAutoEnv < Minitest::Test
       env = { "RUBYOPT" => "-I#{LIB}", "HEAPSCOPE_PYROSCOPE_URL" => "http://127.0.0.1:1", "HEAPSCOPE_DIR" => dir,
               "HEAPSCOPE_HTTP" => port.to_s, "HEAPSCOPE_INTERVAL" => "0.1" }
       script = <<~RUBY
-        require "heapscope/pyroscope"
+        require "heapscope/surfaces/pyroscope"
         Heapscope::Pyroscope.prepend(Module.new { def initialize(**) raise IOError, "injected" end })
         require "heapscope/auto"
         p [Heapscope.running?, Thread.list.size, Heapscope::Auto.stats, Heapscope::Auto.config]

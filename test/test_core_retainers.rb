@@ -3,8 +3,8 @@
 require_relative "core_helper"
 require "json"
 require "stringio"
-require "heapscope/rack"
-require "heapscope/http_server"
+require "heapscope/surfaces/rack"
+require "heapscope/surfaces/http_server"
 
 # Who holds a site's sampled objects (Heapscope.retainers, ext/heapscope/retainers.c): known
 # structures checked hop by hop, a big heap within the time limit, the limits, compaction between

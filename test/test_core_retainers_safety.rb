@@ -5,7 +5,7 @@ require "json"
 require "open3"
 require "rbconfig"
 require "tmpdir"
-require "heapscope/rack"
+require "heapscope/surfaces/rack"
 
 # What a retainers walk must never do to the application (ext/heapscope/retainers.c, edge_names.c,
 # lib/heapscope/retainers.rb): make another thread's Hash writes raise, run a global variable's

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "core_helper"
-require "heapscope/http/worker_pool"
+require "heapscope/surfaces/http/worker_pool"
 
 # Windowed sampling's machinery (ext/heapscope/window.h, capture.c): hooks registered inside GCs only,
 # liveness exact without a permanent GC hook (compaction included), the hook-on share, threads and

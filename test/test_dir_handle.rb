@@ -2,8 +2,8 @@
 
 require_relative "test_http_helper"
 require "heapscope/atomic_write"
-require "heapscope/output_dir"
-require "heapscope/periodic_writer"
+require "heapscope/surfaces/output_dir"
+require "heapscope/surfaces/periodic_writer"
 require "fileutils"
 
 # Heapscope::Native::DirHandle (ext/heapscope/dirhandle.c), the descriptor every operation on

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/periodic_writer"
+require "heapscope/surfaces/periodic_writer"
 require "heapscope/atomic_write"
 require "fileutils"
 require "open3"

@@ -2,7 +2,7 @@
 
 require_relative "test_http_helper"
 require "heapscope/env_config"
-require "heapscope/http_server"
+require "heapscope/surfaces/http_server"
 
 # Issue 12, item 13: a 100,000-character value of any HEAPSCOPE_* variable was echoed whole in one
 # stderr line; numbers and sizes were stripped, so HEAPSCOPE_DUMP_RSS=" 5" meant 5 bytes although

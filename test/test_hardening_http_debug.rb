@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/rack"
+require "heapscope/surfaces/rack"
 
 # Issue 12, item 9: ?debug=1 decodes and ranks the profile in Ruby with the GVL held, 110-130 us of
 # the application's time per sample, with no limit: two requests on 40,000 sites (sample_every 1)
@@ -133,7 +133,7 @@ class TestHardeningHttpDebug < Minitest::Test
     skip_unless_native
     script = <<~'RUBY'
       require "heapscope"
-      require "heapscope/rack"
+      require "heapscope/surfaces/rack"
       Heapscope.start(sample_every: 1, max_overhead: nil)
       KEEP = []
       eval((1..6000).map { |i| "KEEP << +\"s#{i}\"" }.join("\n"), binding, "/app/sites.rb", 1)

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/rack"
+require "heapscope/surfaces/rack"
 
 # Issue 12, item 12: a Rack ?seconds=N delta slept N seconds (up to 300) on the server's thread: under
 # `puma -t 1:1` an ordinary request waited 9 s behind a seconds=10. Now, when the server offers a full
@@ -79,7 +79,7 @@ class TestHardeningHttpDelta < Minitest::Test
     end
     config = File.join(@tmp, "config.ru")
     File.write(config, <<~RUBY)
-      require "heapscope/rack"
+      require "heapscope/surfaces/rack"
       use Heapscope::Rack
       run ->(env) { [200, { "content-type" => "text/plain" }, ["app"]] }
     RUBY

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/http_server"
+require "heapscope/surfaces/http_server"
 
 # Issue 11, item 13 (the HTTP details): every response carries Cache-Control and X-Heapscope-Pid,
 # including the index page and the listener's own error replies; a literal "%" (%25) in the query

@@ -2,7 +2,7 @@
 
 require_relative "test_http_helper"
 require "io/wait"
-require "heapscope/http_server"
+require "heapscope/surfaces/http_server"
 
 # Issue 11, item 4: idle, trickling and garbage connections must not keep the standalone listener
 # from answering a legitimate request within a second, with or without a token. The listener runs
@@ -22,7 +22,7 @@ class TestHardeningHttpDos < Minitest::Test
     rescue StandardError
       nil
     end
-    require "heapscope/http_server"
+    require "heapscope/surfaces/http_server"
     source = Object.new
     def source.running? = true
     def source.profile(gc: false, type: :heap) = "profile-bytes"

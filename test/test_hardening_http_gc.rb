@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/http_server"
+require "heapscope/surfaces/http_server"
 
 # Issue 11, item 5: ?gc=1 forces a full GC, which stops the whole process (0.2-1.4 s at 3M
 # objects), and had no limit: two clients looping on it stalled the application. Now at most one

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/http_server"
+require "heapscope/surfaces/http_server"
 
 # Issue 11, item 8: at the process's thread limit (`ulimit -u`) Thread.new raises ThreadError. The
 # listener used to start a thread per request, so the first failure ended its accept thread for good

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/rack"
+require "heapscope/surfaces/rack"
 
 # Heapscope::Rack with a fake profile source: routing, every query-parameter rule and status,
 # headers, the text top list and delta profiles.

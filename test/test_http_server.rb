@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/http_server"
+require "heapscope/surfaces/http_server"
 
 # The standalone listener on loopback with a fake source: serving, auth, and each defence against
 # slow or hostile clients (test_hardening_http_*.rb hold issue 11's attacks on it).

@@ -4,12 +4,12 @@ require_relative "test_http_helper"
 require "open3"
 require "json"
 require "heapscope/memory"
-require "heapscope/dumps"
-require "heapscope/rack"
+require "heapscope/surfaces/dumps"
+require "heapscope/surfaces/rack"
 require "heapscope/report/top"
 
 # The memory breakdown beside every profile (lib/heapscope/memory.rb) and the profiles written when
-# memory goes wrong (lib/heapscope/dumps.rb): RSS crossing a threshold, and a signal.
+# memory goes wrong (lib/heapscope/surfaces/dumps.rb): RSS crossing a threshold, and a signal.
 class TestMemory < Minitest::Test
   include SurfacesTestHelper
 

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/periodic_writer"
+require "heapscope/surfaces/periodic_writer"
 require "zlib"
 require "fileutils"
 
@@ -125,7 +125,7 @@ class TestPeriodic < Minitest::Test
   def test_kill_9_during_writes_leaves_only_complete_files
     # A child writes a 4 MB profile every 20 ms; it is killed at random moments, mid-write or not.
     script = <<~RUBY
-      require "heapscope/periodic_writer"
+      require "heapscope/surfaces/periodic_writer"
       require "zlib"
       data = Zlib.gzip(Random.new(2).bytes(4_000_000))
       source = Object.new

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_http_helper"
-require "heapscope/pyroscope"
+require "heapscope/surfaces/pyroscope"
 require "uri"
 require "open3"
 
@@ -312,7 +312,7 @@ class TestPyroscope < Minitest::Test
       script = <<~'RUBY'
         require "openssl"
         require "socket"
-        require "heapscope/pyroscope"
+        require "heapscope/surfaces/pyroscope"
         context = OpenSSL::SSL::SSLContext.new
         context.cert = OpenSSL::X509::Certificate.new(File.read("cert.pem"))
         context.key = OpenSSL::PKey.read(File.read("key.pem"))

@@ -4,7 +4,7 @@ require_relative "test_http_helper"
 require "open3"
 require "stringio"
 
-# The Railtie (lib/heapscope/rails.rb) in a real minimal Rails app written here: railties and
+# The Railtie (lib/heapscope/surfaces/rails.rb) in a real minimal Rails app written here: railties and
 # actionpack from the Gemfile's rails group, served by Puma, read by `go tool pprof` through the
 # endpoint the app mounts in its routes. Which processes profile (server, cluster workers, not rake
 # or a console) and what a bad setting says are checked in child processes, since autostart runs once
@@ -115,7 +115,7 @@ class TestRails < Minitest::Test
     heap = pprof_top("http://127.0.0.1:#{port}/debug/pprof/heap?gc=1", "inuse_objects")
     assert_includes top_row(heap), leak_line, heap
     assert_includes pprof_top("http://127.0.0.1:#{port}/debug/pprof/allocs", "alloc_space"), leak_line
-    # The Railtie labels each action's samples endpoint=Controller#action (lib/heapscope/rails.rb).
+    # The Railtie labels each action's samples endpoint=Controller#action (lib/heapscope/surfaces/rails.rb).
     _, _, bytes = http_get(port, "/debug/pprof/allocs")
     File.binwrite(profile = File.join(@tmp, "allocs.pb.gz"), bytes)
     assert_includes pprof_top(profile, "alloc_objects", tagfocus: "endpoint=LeaksController#create"), leak_line

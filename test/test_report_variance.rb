@@ -10,7 +10,7 @@
 require_relative "test_report_helper"
 require "json"
 require "heapscope/report/cli"
-require "heapscope/rack"
+require "heapscope/surfaces/rack"
 
 class TestReportVariance < Minitest::Test
   include ReportHelper

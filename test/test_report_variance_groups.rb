@@ -11,7 +11,7 @@
 require_relative "test_report_helper"
 require "json"
 require "heapscope/report/cli"
-require "heapscope/rack"
+require "heapscope/surfaces/rack"
 
 class TestReportVarianceGroups < Minitest::Test
   include ReportHelper

@@ -7,7 +7,7 @@
 // changes where heapscope writes, reads or deletes. Ruby has no openat: this is heapscope's.
 //
 // Ruby: Heapscope::Native::DirHandle (lib/heapscope/atomic_write.rb walks down to a directory with it,
-// checking each ancestor; lib/heapscope/output_dir.rb keeps one open for the periodic writer and dumps).
+// checking each ancestor; lib/heapscope/surfaces/output_dir.rb keeps one open for the periodic writer and dumps).
 //
 //   DirHandle.root                      -> handle on "/"
 //   handle.open_dir(name)               -> handle on the subdirectory name, never through a symlink

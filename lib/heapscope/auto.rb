@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # `RUBYOPT=-rheapscope/auto`: starts heapscope from HEAPSCOPE_* variables as the process boots
-# (lib/heapscope/autostart.rb does the work; docs/surfaces.md).
-require "heapscope/autostart"
+# (lib/heapscope/surfaces/autostart.rb does the work; docs/surfaces.md).
+require "heapscope/surfaces/autostart"
 
 Heapscope::Auto.start

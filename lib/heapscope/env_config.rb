@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 require "ipaddr"
-require_relative "dumps"
+require_relative "surfaces/dumps"
 
 module Heapscope
   # EnvConfig turns HEAPSCOPE_* environment variables into the settings of every no-code surface
@@ -353,7 +353,7 @@ module Heapscope
         # The pusher's own check, so a URL accepted here never fails when the pusher starts
         # (http://[::1 passed the pattern above, then failed URI parsing after the listener and the
         # writer had started).
-        require "heapscope/pyroscope"
+        require "heapscope/surfaces/pyroscope"
         begin
           Pyroscope.parse_url(url)
         rescue ArgumentError => e

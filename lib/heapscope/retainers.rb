@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "dumps"
+require_relative "surfaces/dumps"
 
 module Heapscope
   # Retainers answers the question after "this line allocated 40 MB that is still alive": who keeps

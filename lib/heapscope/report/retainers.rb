@@ -3,7 +3,7 @@
 require "uri"
 require "heapscope/report/command"
 require "heapscope/report/http_fetch"
-require "heapscope/rack"
+require "heapscope/surfaces/rack"
 
 module Heapscope
   module Report

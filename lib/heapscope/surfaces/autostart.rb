@@ -22,7 +22,7 @@ module Heapscope
       # Either everything the variables ask for runs, or nothing does: a surface that fails to start
       # for a reason the variables' check did not catch stops whatever had started, so the line
       # that says "profiling is off" is true. names: what to call a variable in error lines when it
-      # came from somewhere else ({"HEAPSCOPE_DIR" => "config.heapscope.dir"}: lib/heapscope/rails.rb).
+      # came from somewhere else ({"HEAPSCOPE_DIR" => "config.heapscope.dir"}: lib/heapscope/surfaces/rails.rb).
       def start(env = ENV, err: $stderr, names: {})
         return false if @started
 

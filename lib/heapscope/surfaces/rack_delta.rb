@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require "heapscope/http/connection"
+require "heapscope/surfaces/http/connection"
 
 module Heapscope
   # seconds=N: the change over the next N seconds (allocs = new allocations, heap = change in live

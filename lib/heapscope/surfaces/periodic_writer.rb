@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
-require_relative "atomic_write"
-require_relative "internal"
+require_relative "../atomic_write"
+require_relative "../internal"
 require_relative "output_dir"
 
 module Heapscope

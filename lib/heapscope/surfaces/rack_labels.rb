@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "labels"
+require_relative "../labels"
 
 module Heapscope
   # Labels every request with its endpoint, so heap and allocation samples say which route made them:
@@ -10,7 +10,7 @@ module Heapscope
   #
   # endpoint is the method and the path with its ids collapsed: "GET /users/:id/posts/:id" (a segment
   # of digits, a UUID, a long hex string, or one mixing letters and digits at 16+ characters).
-  # Rails apps get "UsersController#show" instead, from the Railtie (lib/heapscope/rails.rb). Labels
+  # Rails apps get "UsersController#show" instead, from the Railtie (lib/heapscope/surfaces/rails.rb). Labels
   # cover what the app does inside call; a body streamed after call returns is not labelled.
   #
   # Cost per request: two Hash lookups when the path was seen before (nothing allocated); a new path is

@@ -1,8 +1,8 @@
 # frozen_string_literal: true
 
-require_relative "atomic_write"
-require_relative "internal"
-require_relative "memory"
+require_relative "../atomic_write"
+require_relative "../internal"
+require_relative "../memory"
 require_relative "output_dir"
 require_relative "periodic_writer"
 

@@ -3,7 +3,7 @@
 require "socket"
 
 module Heapscope
-  # The pieces of the standalone listener (lib/heapscope/http_server.rb): one connection's state
+  # The pieces of the standalone listener (lib/heapscope/surfaces/http_server.rb): one connection's state
   # machine, the response bytes, and the worker pool. Nothing here blocks: the listener's single
   # event-loop thread drives every socket, so no client can hold it up.
   module Http

@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-require_relative "atomic_write"
+require_relative "../atomic_write"
 
 module Heapscope
   # OutputDir is the directory where a PeriodicWriter or Dumps writes, held open: it is opened once

@@ -3,9 +3,9 @@
 require "socket"
 require "heapscope/internal"
 require "heapscope/env_config"
-require "heapscope/rack"
-require "heapscope/http/connection"
-require "heapscope/http/worker_pool"
+require "heapscope/surfaces/rack"
+require "heapscope/surfaces/http/connection"
+require "heapscope/surfaces/http/worker_pool"
 
 module Heapscope
   # HttpServer is the standalone /debug/pprof/ listener for processes without a Rack server
