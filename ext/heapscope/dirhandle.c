@@ -71,12 +71,13 @@ typedef struct {
   size_t len;
   int err;
   const char *call; // which call failed, for the message
-  int ran;
+  int ran;          // set once the function was called (rb_thread_call_without_gvl2 may not call it)
 } write_job;
 
 // Writes all of job's bytes and fsyncs them, without the GVL.
 static void *write_all_without_gvl(void *arg) {
   write_job *job = arg;
+  job->ran = 1; // whatever happens next: a failed write is not to be tried again with the GVL
   size_t done = 0;
   while (done < job->len) {
     ssize_t n = write(job->fd, job->bytes + done, job->len - done);
@@ -92,7 +93,6 @@ static void *write_all_without_gvl(void *arg) {
     job->err = errno;
     job->call = "fsync";
   }
-  job->ran = 1;
   return NULL;
 }
 
@@ -330,9 +330,9 @@ static VALUE listing_close(VALUE arg) {
 // child, is never moved.
 static VALUE dh_entries(VALUE self) {
   dirhandle *h = dh_get(self);
+  VALUE names = rb_ary_new(); // first: nothing may raise while the descriptor below is unowned
   int fd = openat(h->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) dh_fail(h, errno, NULL, "openat");
-  VALUE names = rb_ary_new(); // before fdopendir: nothing may raise while the descriptor is unowned
   listing l = {.dir = fdopendir(fd), .names = names};
   if (!l.dir) {
     int err = errno;
