@@ -30,7 +30,7 @@ ROOT = File.expand_path("..", __dir__)
 JIT_FLAGS = { "none" => [], "yjit" => ["--yjit"], "zjit" => ["--zjit"] }.freeze
 MODES = {
   "none" => nil,
-  "windowed" => {}, # heapscope's default
+  "windowed" => { sampling: :windowed }, # the default, except under ZJIT on 4.1+ (lib/heapscope.rb)
   "always" => { sampling: :always },
 }.freeze
 ZJIT_KEYS = %w[compiled_iseq_count compile_time_ns invalidation_time_ns side_exit_count exit_patchpoint_no_newobj_hook
