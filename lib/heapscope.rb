@@ -81,7 +81,7 @@ module Heapscope
       check_boolean(config, :track_sizes)
       check_boolean(config, :show_contents)
       check_fraction(config, :max_overhead)
-      config[:sampling] = check_sampling(config)
+      config[:sampling], sampling_reason = check_sampling(config)
       check_fraction(config, :window_share, nil_ok: false)
       if running?
         raise Error, "heapscope is already running (call Heapscope.stop first, or check Heapscope.running?)"
@@ -95,6 +95,7 @@ module Heapscope
                     config[:max_overhead]&.to_f, config[:sampling] == :windowed, config[:window_share].to_f,
                     config[:label_threads], config[:max_label_sets])
       @config = config
+      @sampling_reason = sampling_reason
       true
     end
 
@@ -134,7 +135,7 @@ module Heapscope
         # the fail-safe after an internal error).
         # The memory breakdown's raw figures ride in the profile as a comment (memory.rb).
         Native._profile(opts[:type] == :allocs, opts[:min_age] || @config&.fetch(:min_age) || 0,
-                        "#{Memory.comment(Memory.measure)}\n")
+                        "#{Memory.comment(Memory.measure)}\n#{"sampling_reason: #{@sampling_reason}\n" if @sampling_reason}")
       end
     end
 
@@ -148,6 +149,8 @@ module Heapscope
     # the no-code-change surfaces run (heapscope/auto), theirs under :surfaces.
     def stats
       stats = Native._stats
+      # Why the default mode was not the usual one (only where that needs saying: ZJIT).
+      stats[:sampling_reason] = @sampling_reason if @sampling_reason && stats[:running]
       stats[:surfaces] = Auto.stats if defined?(Auto) && Auto.config
       stats
     end
@@ -199,14 +202,18 @@ module Heapscope
       raise ArgumentError, "#{key} must be a number above 0 and at most 1 (#{what})#{nil_ok ? " or nil" : ""}, got #{value.inspect}"
     end
 
-    # The sampling mode to use: windowed by default, except that sample_every: 1 (every allocation)
-    # needs the hook on for every allocation, and Rubies where windows cannot open (see
-    # Native::WINDOWED_SUPPORTED) or can change only at GCs (Ruby 3.1: no Native::WINDOWED_TICKER, so a
-    # short run may see no window at all) sample always.
+    # The sampling mode to use and, when the default is :always only because ZJIT runs, why (else nil):
+    # windowed by default, except that sample_every: 1 (every allocation) needs the hook on for every
+    # allocation, Rubies where windows cannot open (see Native::WINDOWED_SUPPORTED) or can change only at
+    # GCs (Ruby 3.1: no Native::WINDOWED_TICKER, so a short run may see no window at all) sample always,
+    # and so does a process running ZJIT on 4.1+ (zjit_inlines_allocations?). A mode given explicitly is kept.
     def check_sampling(config)
       mode = config[:sampling]
       if mode.nil?
-        return config[:sample_every] == 1 || !Native::WINDOWED_SUPPORTED || !Native::WINDOWED_TICKER ? :always : :windowed
+        return [:always, nil] if config[:sample_every] == 1 || !Native::WINDOWED_SUPPORTED || !Native::WINDOWED_TICKER
+        return [:always, ZJIT_SAMPLING_REASON] if zjit_inlines_allocations?
+
+        return [:windowed, nil]
       end
       unless SAMPLING_MODES.include?(mode)
         raise ArgumentError, "sampling must be one of #{SAMPLING_MODES.map(&:inspect).join(", ")} (or nil for the default), got #{mode.inspect}"
@@ -215,7 +222,21 @@ module Heapscope
         raise ArgumentError, "sampling: :windowed is not supported on Ruby #{RUBY_VERSION} (it registers hooks " \
                              "inside the GC, which needs rb_gc_disable_no_rest); use sampling: :always"
       end
-      mode
+      [mode, nil]
+    end
+
+    # ZJIT on Ruby 4.1+ compiles allocations inline only while no allocation hook is on, and each time one
+    # is switched on it discards that code (an exit to the interpreter; after 4 versions a method is not
+    # recompiled). Windows switch the hook on many times a second, so hot allocating methods fall back to
+    # the interpreter's speed: more than the hook kept on costs (docs/architecture.md, ZJIT). ZJIT in 4.0
+    # has no inline allocation. Checked at start: ZJIT switched on later (RubyVM::ZJIT.enable) is not seen.
+    ZJIT_SAMPLING_REASON = "always, not windowed: ZJIT is enabled, and it discards its compiled allocations " \
+                           "each time a window switches the allocation hook on"
+
+    def zjit_inlines_allocations?
+      return false unless (RUBY_VERSION.split(".").map(&:to_i) <=> [4, 1]) >= 0
+
+      defined?(RubyVM::ZJIT) && RubyVM::ZJIT.respond_to?(:enabled?) && RubyVM::ZJIT.enabled? ? true : false
     end
 
     def check_profile_options(options)
