@@ -209,12 +209,8 @@ module Heapscope
     # and so does a process running ZJIT on 4.1+ (zjit_inlines_allocations?). A mode given explicitly is kept.
     def check_sampling(config)
       mode = config[:sampling]
-      if mode.nil?
-        return [:always, nil] if config[:sample_every] == 1 || !Native::WINDOWED_SUPPORTED || !Native::WINDOWED_TICKER
-        return [:always, ZJIT_SAMPLING_REASON] if zjit_inlines_allocations?
+      return default_sampling(config[:sample_every], RUBY_VERSION, zjit_enabled?) if mode.nil?
 
-        return [:windowed, nil]
-      end
       unless SAMPLING_MODES.include?(mode)
         raise ArgumentError, "sampling must be one of #{SAMPLING_MODES.map(&:inspect).join(", ")} (or nil for the default), got #{mode.inspect}"
       end
@@ -222,7 +218,24 @@ module Heapscope
         raise ArgumentError, "sampling: :windowed is not supported on Ruby #{RUBY_VERSION} (it registers hooks " \
                              "inside the GC, which needs rb_gc_disable_no_rest); use sampling: :always"
       end
+      if mode == :windowed && ruby_at_least?(RUBY_VERSION, WINDOWED_UNVERIFIED_FROM)
+        raise ArgumentError, "sampling: :windowed is not supported on Ruby #{RUBY_VERSION}: #{WINDOWED_UNVERIFIED_WHY}; " \
+                             "use sampling: :always"
+      end
       [mode, nil]
+    end
+
+    # The mode a start without sampling: gets, and why when it is not the usual one (else nil): windowed,
+    # except that sample_every: 1 (every allocation) needs the hook on for every allocation, Rubies where
+    # windows cannot open (see Native::WINDOWED_SUPPORTED) or can change only at GCs (Ruby 3.1: no
+    # Native::WINDOWED_TICKER, so a short run may see no window at all) sample always, and so does Ruby
+    # 4.1+, where windows are not verified (WINDOWED_UNVERIFIED_WHY) and ZJIT would pay for them
+    # (ZJIT_SAMPLING_REASON). Depends only on its arguments, so every Ruby's choice is tested on any Ruby.
+    def default_sampling(sample_every, ruby_version, zjit)
+      return [:always, nil] if sample_every == 1 || !Native::WINDOWED_SUPPORTED || !Native::WINDOWED_TICKER
+      return [:windowed, nil] unless ruby_at_least?(ruby_version, WINDOWED_UNVERIFIED_FROM)
+
+      [:always, zjit ? ZJIT_SAMPLING_REASON : "always, not windowed: #{WINDOWED_UNVERIFIED_WHY}"]
     end
 
     # ZJIT on Ruby 4.1+ compiles allocations inline only while no allocation hook is on, and each time one
@@ -233,9 +246,18 @@ module Heapscope
     ZJIT_SAMPLING_REASON = "always, not windowed: ZJIT is enabled, and it discards its compiled allocations " \
                            "each time a window switches the allocation hook on"
 
-    def zjit_inlines_allocations?
-      return false unless (RUBY_VERSION.split(".").map(&:to_i) <=> [4, 1]) >= 0
+    # Windowed sampling registers a GC hook from inside the GC; on a 4.1-dev snapshot (per-Ractor GC) that
+    # aborted the process at its first GC (docs/architecture.md). Until a 4.1 release is checked, 4.1+
+    # samples always: a profiler that can abort the application is worse than one that costs more.
+    WINDOWED_UNVERIFIED_FROM = [4, 1].freeze
+    WINDOWED_UNVERIFIED_WHY = "windowed sampling aborted a Ruby 4.1-dev at its first GC and is not yet " \
+                              "verified on 4.1"
 
+    def ruby_at_least?(version, minimum)
+      (version.split(".").map(&:to_i) <=> minimum) >= 0
+    end
+
+    def zjit_enabled?
       defined?(RubyVM::ZJIT) && RubyVM::ZJIT.respond_to?(:enabled?) && RubyVM::ZJIT.enabled? ? true : false
     end
 
