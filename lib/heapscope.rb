@@ -293,12 +293,15 @@ module Heapscope
 end
 
 module Heapscope
-  # Ractors: the VM runs allocation hooks in every Ractor, where heapscope's tables are not safe (and
-  # Ruby 3.1 itself crashes with any allocation tracing on). So the first Ractor.new switches heapscope
-  # off, with one warning, before the Ractor runs; Heapscope.start refuses while other Ractors run.
+  # Ractors: heapscope does not support them (ext/heapscope/ractors.h says what goes wrong). So the
+  # first Ractor.new switches heapscope off, with one warning, before the Ractor runs; Heapscope.start
+  # refuses while other Ractors run. (Ractors made another way, such as through a Method taken before
+  # heapscope loaded, are caught in the C extension.) Only the main Ractor can have heapscope on, and
+  # only it may call Native: inside another Ractor heapscope is already off, and the call would raise
+  # Ractor::UnsafeError.
   module RactorWatch
     def new(*args, **kwargs, &block)
-      if Native._disable_for_ractor
+      if Ractor.current == Ractor.main && Native._disable_for_ractor
         Kernel.warn("heapscope: a Ractor was started; profiling is off for now (heapscope does not support Ractors)",
                     uplevel: 1)
       end

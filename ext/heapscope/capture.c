@@ -227,6 +227,8 @@ void capture_charge(uint64_t started) {
 
 // Kept out of line, so on_newobj's common path needs no stack frame or saved registers.
 __attribute__((noinline, cold)) static void on_countdown(VALUE tracepoint) {
+  // Only here, on the sampled path: the common path stays a decrement and a branch.
+  if (!capture_ractor_guard()) return;
   cap.hook_allocations += cap.step;
   cap.uncharged_allocations += cap.step;
   uint64_t started = capture_now_nanos();
@@ -261,7 +263,7 @@ static void account_unseen_gcs(uint32_t upto) {
 // (Until then they are neither dropped when they die nor read; a profile checks them first anyway.)
 static void settle_job(void *unused) {
   (void)unused;
-  if (cap.running && cap.failure == NULL) capture_settle_records();
+  if (cap.running && cap.failure == NULL && capture_ractor_guard()) capture_settle_records();
 }
 #ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
 static rb_postponed_job_handle_t settle_job_handle = POSTPONED_JOB_HANDLE_INVALID;
@@ -279,6 +281,8 @@ static void schedule_settle(void) {
 static void on_gc_end_mark(VALUE tracepoint, void *unused) {
   (void)tracepoint;
   (void)unused;
+  // Switched off soon (capture_settle_ractors); until then no record is read (this GC counts as missed).
+  if (!capture_ractor_guard()) return;
   uint64_t started = capture_now_nanos();
   cap.stats.gc_end_marks++;
   // Ruby runs no internal-event hook while another one runs, so a GC triggered by an allocation inside
@@ -352,7 +356,11 @@ static void holder_mark(void *unused) {
   for (uint32_t i = 0; i < cap.excluded_count; i++) rb_gc_mark(cap.excluded_threads[i]);
   names_mark(cap.names);
   // dmark also runs outside any GC (ObjectSpace.reachable_objects_from): only a GC is news.
-  if (cap.running && cap.config.windowed && cap.failure == NULL && rb_during_gc()) windows_on_gc_marking();
+  if (!cap.running || cap.failure != NULL || !rb_during_gc()) return;
+  // Another Ractor's GC: registering from here would put the hooks in that Ractor (ractors.h).
+  if (!capture_ractor_guard()) return;
+  capture_ractor_on_gc_marking(); // before windows: this GC may be the last chance before a Ractor starts
+  if (cap.config.windowed && !cap.ractor_pause) windows_on_gc_marking();
 }
 
 static void holder_compact(void *unused) {
@@ -417,6 +425,7 @@ void capture_init(void) {
   settle_job_handle = rb_postponed_job_preregister(0, settle_job, NULL);
 #endif
   windows_init();
+  ractors_init();
   id_labels_local = rb_intern(CAPTURE_LABELS_LOCAL);
   label_table = labelsets_new(1000);
   // Once per process, at load: it allocates (20,000 objects), which inside Heapscope.start would be GCs
@@ -472,6 +481,7 @@ bool capture_start(const capture_config *config) {
   pthread_mutex_unlock(&sched_lock);
   cap.last_gc_count = (uint32_t)rb_gc_count();
   cap.failure = NULL;
+  capture_ractors_start();
   cap.invalid_seen = 0;
   cap.window_open = false;
   cap.ticker_lost = false;

@@ -49,6 +49,7 @@ typedef struct {
   uint64_t gc_end_marks;      // GCs observed
   uint64_t gc_end_marks_missed; // GCs that ran without our GC_END_MARK hook (see capture.c): counts may be off
   uint64_t gc_registrations_deferred; // windowed: GCs inside which no hook could be registered
+  uint64_t ractor_pauses;     // Ruby 3.1: GCs that might have started a Ractor, hooks paused (ractors.h)
   uint64_t windows_opened;    // windowed: windows opened
   uint64_t sync_jobs;         // windowed: sync jobs run (the ticker's requests)
   uint64_t sync_latency_nanos, sync_latency_max_nanos; // windowed: from the ticker's last request to its job (sum, max)

@@ -13,6 +13,7 @@
 
 #include "budget.h"
 #include "capture.h"
+#include "ractors.h"
 #include "sampler.h"
 #include "schedule.h"
 
@@ -92,6 +93,9 @@ typedef struct {
   double seen_share;              // the share of allocations the hook had seen at the last density check
   uint64_t next_density_check;    // virtual time of the next (windows.c: update_density)
   const char *failure;    // set by capture_fail: sampling is off until the next start
+  bool ractor_seen;       // another Ractor reached capture: nothing more is sampled (ractors.h)
+  bool ractor_pause;      // Ruby 3.1: hooks off in a GC that may start a Ractor, until the settle job
+  bool multi_at_start;    // the process had left single-Ractor mode before start (3.3+ may restart)
   uint64_t invalid_seen;  // the recorder's invalid_records when last checked
   capture_stats stats;
 } capture_state;
@@ -129,5 +133,14 @@ void windows_sync_outside_gc(void);         // a sync point outside the GC (may 
 void windows_start_ticker(void);
 void windows_on_gc_marking(void);           // inside every GC's marking (the holder's dmark)
 void windows_keep_gc_hook_registered(void); // outside the GC, while GC.stress is on
+
+// ractors.c (ractors.h says why)
+// In a hook, the GC or a job: whether capture may act here (the main Ractor, no Ractor came since
+// start). When not, notes it (countdown parked, the main Ractor asked to settle) and returns false.
+bool capture_ractor_guard(void);
+void capture_ractors_start(void);           // from capture_start
+// Inside every GC's marking (main Ractor): if this GC may be Ractor.new's, asks the main Ractor to look
+// (and on Ruby 3.1 pauses the hooks until then).
+void capture_ractor_on_gc_marking(void);
 
 #endif

@@ -52,6 +52,14 @@ have_func("prctl", "sys/prctl.h")
 abort "heapscope: zlib.h is missing (apt-get install zlib1g-dev)" unless have_header("zlib.h")
 abort "heapscope: libz is missing (apt-get install zlib1g-dev)" unless have_library("z", "deflateInit2_", "zlib.h")
 
+# Ractors (ractors.h): Ruby 3.1 and 3.2 export ruby_single_main_ractor (declared in internal headers
+# only), 3.4+ rb_gc_multi_ractor_p; both say whether the process ever left single-Ractor mode.
+have_func("rb_gc_multi_ractor_p")
+if try_link("#include <ruby.h>\nextern struct rb_ractor_struct *ruby_single_main_ractor;\n" \
+            "int main(void) { return ruby_single_main_ractor != 0; }\n")
+  $defs << "-DHAVE_RUBY_SINGLE_MAIN_RACTOR"
+end
+
 # The prebuilt gem's builds (rakelib/native_gem.rake) do not link libruby: Ruby's symbols are resolved
 # from the process that loads the extension, so one build serves a Ruby built with a shared libruby
 # (Debian's) and one linked statically (rbenv's, ruby-build's default).

@@ -14,6 +14,7 @@
 #include "memstats.h"
 #include "retainers.h"
 #include "pprof.h"
+#include "ractors.h"
 #include "sampler.h"
 
 static VALUE eHeapscopeError;
@@ -39,13 +40,24 @@ static bool settle_failure(void) {
   return reason != NULL || disabled_reason != NULL;
 }
 
-// Why profiling was switched off on purpose (Native._disable_for_ractor), or NULL.
-static const char *off_reason;
+// Settles what happened since the last call: a failure (settle_failure), a Ractor (ractors.h).
+static bool settle(void) {
+  bool failed = settle_failure();
+  capture_settle_ractors();
+  return failed;
+}
 
 static void raise_not_running(void) {
+  // Why profiling was switched off on purpose (a Ractor: ractors.h), or NULL.
+  const char *off_reason = capture_off_reason();
   if (off_reason != NULL) {
+#ifdef RACTORS_VM_CRASH
+    rb_raise(eHeapscopeError, "heapscope switched itself off: %s. On Ruby %s it cannot start again in this process "
+             "(a Ractor started later would crash Ruby itself while heapscope's hooks are on)", off_reason, ruby_version);
+#else
     rb_raise(eHeapscopeError, "heapscope switched itself off: %s. Heapscope.start starts it again once that is over",
              off_reason);
+#endif
   }
   if (disabled_reason != NULL) {
     rb_raise(eHeapscopeError, "heapscope disabled itself after an internal error (%s); the message on stderr "
@@ -76,8 +88,19 @@ static VALUE native_start(int argc, VALUE *argv, VALUE self) {
   VALUE sample_every = argv[0], max_frames = argv[1], min_age = argv[2], track_sizes = argv[3];
   VALUE max_tracked_objects = argv[4], max_stacks = argv[5], slot_size = argv[6], max_overhead = argv[7];
   VALUE windowed = argv[8], window_share = argv[9], label_threads = argv[10], max_label_sets = argv[11];
-  settle_failure();
+  settle();
   if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
+  long ractors = ractors_count();
+  if (ractors > 1) {
+    rb_raise(eHeapscopeError, "heapscope cannot start while other Ractors run (%ld): it does not support Ractors", ractors - 1);
+  }
+#ifdef RACTORS_VM_CRASH
+  if (ractors_multi_mode()) {
+    rb_raise(eHeapscopeError, "heapscope cannot start on Ruby %s once a Ractor was started in this process: a Ractor "
+             "started while its hooks are on crashes Ruby itself, and after the first one Ruby gives no warning "
+             "(docs/architecture.md, Ractors)", ruby_version);
+  }
+#endif
   if (liveness_unsupported != NULL) {
     rb_raise(eHeapscopeError, "heapscope cannot run here: %s, and it needs the GC's mark bits to know which sampled "
              "objects are alive", liveness_unsupported);
@@ -105,7 +128,6 @@ static VALUE native_start(int argc, VALUE *argv, VALUE self) {
   if (!capture_start(&config)) rb_raise(rb_eNoMemError, "heapscope: not enough memory to start");
   if (capture_labels() != NULL) labelsets_set_max(capture_labels(), label_cap);
   disabled_reason = NULL;
-  off_reason = NULL;
   started_at_nanos = wall_nanos();
   return Qtrue;
 }
@@ -147,16 +169,11 @@ static VALUE native_stop(VALUE self) {
   return was_running ? Qtrue : Qfalse;
 }
 
-// Native._disable_for_ractor: a Ractor is starting (lib/heapscope.rb watches Ractor.new). The VM runs
-// allocation hooks inside other Ractors, where neither heapscope's tables nor Ruby's own tracing is safe
-// (Ruby 3.1 crashes there with ObjectSpace tracing alone), so every hook goes before the Ractor runs.
-// Returns whether it was running.
+// Native._disable_for_ractor: the main Ractor starts a Ractor (lib/heapscope.rb watches Ractor.new), so
+// every hook goes before it runs (ractors.h). Returns whether it was running (the caller then warns).
 static VALUE native_disable_for_ractor(VALUE self) {
   (void)self;
-  bool was_running = capture_running();
-  capture_stop();
-  if (was_running) off_reason = "a Ractor was started, and heapscope does not support Ractors";
-  return was_running ? Qtrue : Qfalse;
+  return capture_switch_off_for_ractor(false) ? Qtrue : Qfalse;
 }
 
 // Native._exclude_thread(thread) -> true, or false when the table is full: thread's allocations are
@@ -175,7 +192,7 @@ static VALUE native_include_thread(VALUE self, VALUE thread) {
 
 static VALUE native_running_p(VALUE self) {
   (void)self;
-  settle_failure();
+  settle();
   return capture_running() ? Qtrue : Qfalse;
 }
 
@@ -273,7 +290,7 @@ static char *append_comments(char *text, const char *extra, size_t extra_len) {
 // String of more comment lines (the memory breakdown, lib/heapscope/memory.rb), copied in as is.
 static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra_comments) {
   (void)self;
-  settle_failure();
+  settle();
   if (!capture_running()) raise_not_running();
   // Checked before the snapshot, so nothing below raises for it; the bytes are copied before any
   // allocation could move or free the String.
@@ -364,7 +381,7 @@ static VALUE native_gc_stress_changed(VALUE self, VALUE flag) {
 
 static VALUE native_reset(VALUE self) {
   (void)self;
-  settle_failure();
+  settle();
   if (capture_running()) recorder_reset_allocs(capture_recorder());
   return Qnil;
 }
@@ -374,11 +391,11 @@ static void set_u64(VALUE hash, const char *key, uint64_t value) { set(hash, key
 
 static VALUE native_stats(VALUE self) {
   (void)self;
-  settle_failure();
+  settle();
   VALUE h = rb_hash_new();
   set(h, "running", capture_running() ? Qtrue : Qfalse);
   if (disabled_reason != NULL) set(h, "disabled_reason", rb_str_new_cstr(disabled_reason));
-  if (off_reason != NULL) set(h, "off_reason", rb_str_new_cstr(off_reason));
+  if (capture_off_reason() != NULL) set(h, "off_reason", rb_str_new_cstr(capture_off_reason()));
   if (internal_errors > 0) set_u64(h, "internal_errors", internal_errors);
   if (!capture_running()) return h;
   capture_settle_records(); // GCs without our pass are counted as missed by now, suspects checked
@@ -417,6 +434,7 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "window_sample_every", cs.window_every);
   set(h, "window_seen_share", DBL2NUM(cs.window_seen_share));
   set_u64(h, "gc_registrations_deferred", cs.gc_registrations_deferred);
+  set_u64(h, "ractor_pauses", cs.ractor_pauses);
   set_u64(h, "samples_taken", cs.samples_taken);
   set_u64(h, "tracked_objects", rs.tracked_objects);
   labelsets_stats ls = {0};
