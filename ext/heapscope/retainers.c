@@ -68,6 +68,12 @@ typedef struct {
   VALUE *deferred;
   size_t deferred_count, deferred_capacity;
   uint8_t deferred_category;
+  // Threads and Fibers reached: expanded after every other node (but before C-stack roots), since
+  // what they hold includes their C stacks, scanned conservatively: a stale word on another thread's
+  // stack may point at any object, even one allocated since in the same slot.
+  uint32_t *stack_holders;
+  size_t stack_holder_count, stack_holder_capacity;
+  bool expanding_stack_holders;
   long array_at; // the next element of a big Array being expanded in chunks
   size_t leaves_seen; // objects reached but not kept (leaves: see is_leaf)
   bool stopped, over_nodes, out_of_memory;
@@ -293,6 +299,27 @@ static const char *pace(retainers_job *job) {
   return NULL;
 }
 
+static bool is_internal(VALUE obj);
+
+// Whether obj holds a C stack its marking scans conservatively (a Thread, a Fiber).
+static bool holds_a_stack(VALUE obj) {
+  if (!RB_TYPE_P(obj, RUBY_T_DATA) || is_internal(obj)) return false;
+  return RTEST(rb_obj_is_fiber(obj)) || RTEST(rb_obj_is_kind_of(obj, rb_cThread));
+}
+
+// Notes node as a stack holder to expand later. False when memory is short.
+static bool defer_stack_holder(walk *w, size_t node) {
+  if (w->stack_holder_count == w->stack_holder_capacity) {
+    size_t capacity = w->stack_holder_capacity ? w->stack_holder_capacity * 2 : 64;
+    uint32_t *grown = realloc(w->stack_holders, capacity * sizeof(uint32_t));
+    if (grown == NULL) return false;
+    w->stack_holders = grown;
+    w->stack_holder_capacity = capacity;
+  }
+  w->stack_holders[w->stack_holder_count++] = (uint32_t)node;
+  return true;
+}
+
 // Walks breadth first from node *next on, until every target is reached, a limit is hit or no node is
 // left. Returns the limit hit ("time"), or NULL.
 static const char *walk_from(retainers_job *job, size_t *next) {
@@ -302,7 +329,10 @@ static const char *walk_from(retainers_job *job, size_t *next) {
     VALUE obj = OBJ(w, *next);
     w->current_parent = (uint32_t)*next;
     bool chunked = w->array_at > 0 || is_big_array(obj);
-    if (!chunked) {
+    if (!chunked && !w->expanding_stack_holders && holds_a_stack(obj)) {
+      if (!defer_stack_holder(w, *next)) w->out_of_memory = w->stopped = true;
+      (*next)++;
+    } else if (!chunked) {
       rb_objspace_reachable_objects_from(obj, on_child, w);
       (*next)++;
     } else if (expand_array_chunk(w, obj)) {
@@ -314,6 +344,26 @@ static const char *walk_from(retainers_job *job, size_t *next) {
     }
   }
   return NULL;
+}
+
+// Expands the Threads and Fibers deferred so far, the walking thread's own last (its stacks hold the
+// caller's frames and temporaries, the least telling holder), then walks on from what they hold
+// (Threads and Fibers met from then on are expanded in order).
+static const char *walk_stack_holders(retainers_job *job, size_t *next) {
+  walk *w = &job->w;
+  w->expanding_stack_holders = true;
+  VALUE own_thread = rb_thread_current(), own_fiber = rb_fiber_current();
+  for (int own = 0; own < 2; own++) {
+    for (size_t k = 0; k < w->stack_holder_count && !w->stopped && w->targets_found < w->target_count; k++) {
+      VALUE holder = OBJ(w, w->stack_holders[k]);
+      if ((holder == own_thread || holder == own_fiber) != (own == 1)) continue;
+      w->current_parent = w->stack_holders[k];
+      rb_objspace_reachable_objects_from(holder, on_child, w);
+      const char *limit = pace(job);
+      if (limit) return limit;
+    }
+  }
+  return walk_from(job, next);
 }
 
 // ---- Targets: the sampled objects whose allocation stack passes through file:line ----
@@ -534,6 +584,7 @@ static VALUE run_walk(VALUE arg) {
       rb_objspace_reachable_objects_from_root(on_root, w);
       size_t next = 0;
       cut_short = walk_from(job, &next);
+      if (cut_short == NULL && !w->stopped && w->targets_found < w->target_count) cut_short = walk_stack_holders(job, &next);
       if (cut_short == NULL && !w->stopped && w->targets_found < w->target_count) {
         for (size_t d = 0; d < w->deferred_count; d++) add_node(w, w->deferred[d], NO_PARENT, w->deferred_category);
         cut_short = walk_from(job, &next);
@@ -600,6 +651,7 @@ static VALUE finish_walk(VALUE arg) {
   free(job->w.targets);
   free(job->w.target_slots);
   free(job->w.deferred);
+  free(job->w.stack_holders);
   edge_names_free(job->names);
   return Qnil;
 }
