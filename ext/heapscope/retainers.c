@@ -19,59 +19,7 @@
 void rb_objspace_reachable_objects_from(VALUE obj, void (*func)(VALUE, void *), void *data);
 void rb_objspace_reachable_objects_from_root(void (*func)(const char *category, VALUE, void *), void *data);
 
-#define NO_PARENT UINT32_MAX
-#define NOT_A_ROOT 0xff
-#define MAX_CATEGORIES 32
-#define MAX_HOPS 64
-// The longest the walk holds the GVL at a stretch before letting other threads run (a slice).
-#define SLICE_SECONDS 0.02
-#define SLICE_QUANTUM 0.1
-// Arrays longer than this are expanded this many elements at a time, with slices between.
-#define ARRAY_CHUNK 65536
-#define BYTES_PER_NODE (sizeof(VALUE) + sizeof(uint32_t) + 1 + 2 * sizeof(uint32_t))
-
-// Nodes live in blocks that are never moved: growing adds a block instead of copying millions of
-// entries in one step (a realloc of the node arrays took 17-40 ms at 1M and 2M nodes).
-#define BLOCK_BITS 16
-#define BLOCK_NODES ((size_t)1 << BLOCK_BITS)
-typedef struct {
-  VALUE objs[BLOCK_NODES];
-  uint32_t parent[BLOCK_NODES];
-  uint8_t category[BLOCK_NODES]; // roots: index into categories; others NOT_A_ROOT
-} node_block;
-
-#define OBJ(w, n) ((w)->blocks[(n) >> BLOCK_BITS]->objs[(n) & (BLOCK_NODES - 1)])
-#define PARENT(w, n) ((w)->blocks[(n) >> BLOCK_BITS]->parent[(n) & (BLOCK_NODES - 1)])
-#define CATEGORY(w, n) ((w)->blocks[(n) >> BLOCK_BITS]->category[(n) & (BLOCK_NODES - 1)])
-
-// The walk's tables, all malloc'd. Nodes are numbered in the order they were reached (breadth
-// first), so a node's parent always has a smaller number and following parents ends at a root.
-typedef struct {
-  node_block **blocks;
-  size_t block_count, block_capacity;
-  size_t count, max_nodes;
-  uint32_t *slots; // open addressing over the nodes' objects: node number + 1, 0 = empty
-  size_t slot_mask;
-  // The table before the last growth, still being copied into slots a few entries per node added
-  // (old_at: the next to copy), so no single step rehashes millions of entries. Lookups read both.
-  uint32_t *old_slots;
-  size_t old_mask, old_at;
-  const char *categories[MAX_CATEGORIES];
-  int category_count;
-  uint32_t current_parent;
-  VALUE *targets;
-  size_t target_count, target_capacity, targets_found;
-  uint32_t *target_slots; // set of targets: index + 1
-  size_t target_mask;
-  // Roots found by scanning C stacks conservatively: walked after every other root, so a path names
-  // the variable, constant or thread that holds an object, not a stale word left on a C stack.
-  VALUE *deferred;
-  size_t deferred_count, deferred_capacity;
-  uint8_t deferred_category;
-  long array_at; // the next element of a big Array being expanded in chunks
-  size_t leaves_seen; // objects reached but not kept (leaves: see is_leaf)
-  bool stopped, over_nodes, out_of_memory;
-} walk;
+#include "retainers_walk.h"
 
 static size_t hash_value(VALUE v) {
   uint64_t x = (uint64_t)v >> 3;
@@ -97,7 +45,7 @@ static bool is_target(const walk *w, VALUE obj) {
 }
 
 // The node number + 1 of obj if it was reached, else 0.
-static uint32_t node_of(const walk *w, VALUE obj) {
+uint32_t retainers_node_of(const walk *w, VALUE obj) {
   uint32_t n = w->slots[find_node_slot(w, w->slots, w->slot_mask, obj)];
   if (n == 0 && w->old_slots != NULL) n = w->old_slots[find_node_slot(w, w->old_slots, w->old_mask, obj)];
   return n;
@@ -153,7 +101,7 @@ static bool grow_nodes(walk *w) {
 // functions (called back for each reference): allocates no Ruby object, never raises.
 static void add_node(walk *w, VALUE obj, uint32_t parent, uint8_t category) {
   if (w->stopped) return;
-  if (node_of(w, obj) != 0) return;
+  if (retainers_node_of(w, obj) != 0) return;
   if (w->count == w->max_nodes) {
     w->over_nodes = w->stopped = true;
     return;
@@ -232,20 +180,6 @@ static double seconds_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-// One walk's state. Held by a hidden TypedData object (walk_mark) while the walk lets other threads
-// run: they may enable GC and run one (GC.start runs even while GC is disabled) or compact; every
-// VALUE the walk holds is then marked and pinned, so none is freed or moved under it.
-typedef struct {
-  walk w;
-  edge_names *names;
-  VALUE file;
-  int32_t line;
-  double time_limit, started, slice_started, longest_slice, held;
-  size_t slices;
-  VALUE result;
-  bool gc_was_disabled;
-} retainers_job;
-
 // An Array expanded by hand, a chunk at a time, so one huge Array does not hold the GVL for all its
 // elements at once. Not one with generic instance variables (the GC's walk finds those). What the walk
 // leaves out: a shared Array's hidden root buffer, whose elements are the ones read here anyway.
@@ -278,7 +212,7 @@ static bool expand_array_chunk(walk *w, VALUE ary) {
 // quantum (100 ms) while the walk has held the GVL for less than half the time since it began: a
 // thread that runs Ruby code without pause keeps the GVL a whole quantum each time, and 20 ms slices
 // would then leave the walk a sixth of its time limit. May raise (Thread#raise, Thread#kill).
-static const char *pace(retainers_job *job) {
+const char *retainers_pace(retainers_job *job) {
   double now = seconds_now();
   if (now - job->started > job->time_limit) return "time";
   double slice = now - job->slice_started;
@@ -293,6 +227,25 @@ static const char *pace(retainers_job *job) {
   return NULL;
 }
 
+// Whether obj holds a C stack its marking scans conservatively (a Thread, a Fiber).
+static bool holds_a_stack(VALUE obj) {
+  if (!RB_TYPE_P(obj, RUBY_T_DATA) || retainers_is_internal(obj)) return false;
+  return RTEST(rb_obj_is_fiber(obj)) || RTEST(rb_obj_is_kind_of(obj, rb_cThread));
+}
+
+// Notes node as a stack holder to expand later. False when memory is short.
+static bool defer_stack_holder(walk *w, size_t node) {
+  if (w->stack_holder_count == w->stack_holder_capacity) {
+    size_t capacity = w->stack_holder_capacity ? w->stack_holder_capacity * 2 : 64;
+    uint32_t *grown = realloc(w->stack_holders, capacity * sizeof(uint32_t));
+    if (grown == NULL) return false;
+    w->stack_holders = grown;
+    w->stack_holder_capacity = capacity;
+  }
+  w->stack_holders[w->stack_holder_count++] = (uint32_t)node;
+  return true;
+}
+
 // Walks breadth first from node *next on, until every target is reached, a limit is hit or no node is
 // left. Returns the limit hit ("time"), or NULL.
 static const char *walk_from(retainers_job *job, size_t *next) {
@@ -302,18 +255,41 @@ static const char *walk_from(retainers_job *job, size_t *next) {
     VALUE obj = OBJ(w, *next);
     w->current_parent = (uint32_t)*next;
     bool chunked = w->array_at > 0 || is_big_array(obj);
-    if (!chunked) {
+    if (!chunked && !w->expanding_stack_holders && holds_a_stack(obj)) {
+      if (!defer_stack_holder(w, *next)) w->out_of_memory = w->stopped = true;
+      (*next)++;
+    } else if (!chunked) {
       rb_objspace_reachable_objects_from(obj, on_child, w);
       (*next)++;
     } else if (expand_array_chunk(w, obj)) {
       (*next)++;
     }
     if (chunked || (++steps & 63) == 0) {
-      const char *limit = pace(job);
+      const char *limit = retainers_pace(job);
       if (limit) return limit;
     }
   }
   return NULL;
+}
+
+// Expands the Threads and Fibers deferred so far, the walking thread's own last (its stacks hold the
+// caller's frames and temporaries, the least telling holder), then walks on from what they hold
+// (Threads and Fibers met from then on are expanded in order).
+static const char *walk_stack_holders(retainers_job *job, size_t *next) {
+  walk *w = &job->w;
+  w->expanding_stack_holders = true;
+  VALUE own_thread = rb_thread_current(), own_fiber = rb_fiber_current();
+  for (int own = 0; own < 2; own++) {
+    for (size_t k = 0; k < w->stack_holder_count && !w->stopped && w->targets_found < w->target_count; k++) {
+      VALUE holder = OBJ(w, w->stack_holders[k]);
+      if ((holder == own_thread || holder == own_fiber) != (own == 1)) continue;
+      w->current_parent = w->stack_holders[k];
+      rb_objspace_reachable_objects_from(holder, on_child, w);
+      const char *limit = retainers_pace(job);
+      if (limit) return limit;
+    }
+  }
+  return walk_from(job, next);
 }
 
 // ---- Targets: the sampled objects whose allocation stack passes through file:line ----
@@ -369,157 +345,6 @@ static bool index_targets(walk *w) {
   return true;
 }
 
-// ---- The result ----
-
-// Objects Ruby code must never hold: those without a class (hidden strings, arrays, hashes of the VM)
-// and the VM's own types. (Ours, not rb_objspace_internal_object_p, which newer Rubies may not export.)
-static bool is_internal(VALUE obj) {
-  if (RB_SPECIAL_CONST_P(obj)) return false;
-  if (RBASIC_CLASS(obj) == 0) return true;
-  switch (RB_BUILTIN_TYPE(obj)) {
-    case RUBY_T_IMEMO: case RUBY_T_ICLASS: case RUBY_T_ZOMBIE: case RUBY_T_MOVED: case RUBY_T_NONE:
-#ifdef T_NODE
-    case RUBY_T_NODE: // (a macro guards it: newer Rubies may drop the type)
-#endif
-      return true;
-    default:
-      return false;
-  }
-}
-
-static const char *internal_kind(VALUE obj) {
-  switch (RB_BUILTIN_TYPE(obj)) {
-    case RUBY_T_IMEMO: return "VM-internal (imemo: environment, instruction sequence, method entry...)";
-    case RUBY_T_ICLASS: return "VM-internal (included module)";
-    case RUBY_T_CLASS: return "VM-internal (class)";
-    case RUBY_T_STRING: return "VM-internal (hidden String)";
-    case RUBY_T_ARRAY: return "VM-internal (hidden Array)";
-    case RUBY_T_HASH: return "VM-internal (hidden Hash)";
-    default: return "VM-internal (object)";
-  }
-}
-
-// The chain of nodes from a root to node, root first. Longer chains keep their root and their last
-// MAX_HOPS - 1 hops (*cut says hops were left out).
-static int chain_of(const walk *w, uint32_t node, uint32_t *chain, bool *cut) {
-  uint32_t reversed[MAX_HOPS];
-  int len = 0;
-  *cut = false;
-  for (uint32_t n = node; n != NO_PARENT; n = PARENT(w, n)) {
-    if (len < MAX_HOPS - 1 || PARENT(w, n) == NO_PARENT) {
-      reversed[len++] = n;
-    } else {
-      *cut = true;
-    }
-  }
-  for (int k = 0; k < len; k++) chain[k] = reversed[len - 1 - k];
-  return len;
-}
-
-static bool is_module(VALUE obj) {
-  return !is_internal(obj) && (RB_TYPE_P(obj, RUBY_T_CLASS) || RB_TYPE_P(obj, RUBY_T_MODULE));
-}
-
-// Whether obj runs code that captures variables: its children of VM-internal kinds are that code or
-// those variables. (C checks: no method of obj is called.)
-static bool runs_code(VALUE obj) {
-  return RTEST(rb_obj_is_proc(obj)) || RTEST(rb_obj_is_method(obj)) || RTEST(rb_obj_is_kind_of(obj, rb_cBinding)) ||
-         RTEST(rb_obj_is_kind_of(obj, rb_cThread));
-}
-
-// Asks edge_names for every edge the chain needs: between two ordinary objects, and from a module
-// over the VM-internal table that holds its variables (Ruby 4.0) to the value, which the module names.
-static bool want_edges(edge_names *names, const walk *w, const uint32_t *chain, int len, bool cut) {
-  for (int k = cut ? 2 : 1; k < len; k++) {
-    VALUE parent = OBJ(w, chain[k - 1]), child = OBJ(w, chain[k]);
-    if (is_internal(parent)) continue;
-    if (!is_internal(child)) {
-      if (!edge_names_want(names, parent, child)) return false;
-    } else if (is_module(parent) && k + 1 < len && !is_internal(OBJ(w, chain[k + 1]))) {
-      if (!edge_names_want(names, parent, OBJ(w, chain[k + 1]))) return false;
-    }
-  }
-  return true;
-}
-
-static void push_hop(VALUE objects, VALUE kinds, VALUE edges, VALUE obj, VALUE edge) {
-  bool internal = is_internal(obj);
-  rb_ary_push(objects, internal ? Qnil : obj);
-  rb_ary_push(kinds, internal ? rb_str_new_cstr(internal_kind(obj)) : Qnil);
-  rb_ary_push(edges, edge);
-}
-
-// [category, objects, kinds, edges] for a chain: objects holds each hop's object, or nil for a
-// VM-internal one (kinds names it: such objects must never reach Ruby code); kinds holds nil for
-// ordinary objects; edges[k] is what hop k - 1 holds hop k by (edge_names_get's description,
-// [:captured], or nil). A module's VM-internal variable table is left out where the module names the
-// value itself.
-static VALUE path_of(const walk *w, const edge_names *names, const uint32_t *chain, int len, bool cut) {
-  VALUE objects = rb_ary_new_capa(len + 1), kinds = rb_ary_new_capa(len + 1), edges = rb_ary_new_capa(len + 1);
-  push_hop(objects, kinds, edges, OBJ(w, chain[0]), Qnil);
-  if (cut) {
-    rb_ary_push(objects, Qnil);
-    rb_ary_push(kinds, rb_str_new_cstr("(hops left out)"));
-    rb_ary_push(edges, Qnil);
-  }
-  for (int k = cut ? 2 : 1; k < len; k++) {
-    VALUE parent = OBJ(w, chain[k - 1]), child = OBJ(w, chain[k]);
-    if (cut && k == 2) parent = Qnil; // (the hop before was left out)
-    VALUE edge = Qnil;
-    if (parent == Qnil || is_internal(parent)) {
-      edge = Qnil;
-    } else if (!is_internal(child)) {
-      edge = edge_names_get(names, parent, child);
-    } else if (is_module(parent) && k + 1 < len && !is_internal(OBJ(w, chain[k + 1])) &&
-               !NIL_P(edge = edge_names_get(names, parent, OBJ(w, chain[k + 1])))) {
-      k++;
-      push_hop(objects, kinds, edges, OBJ(w, chain[k]), edge);
-      continue;
-    } else if (runs_code(parent)) {
-      edge = rb_ary_new_from_args(1, ID2SYM(rb_intern("captured")));
-    }
-    push_hop(objects, kinds, edges, child, edge);
-  }
-  uint8_t c = CATEGORY(w, chain[0]);
-  VALUE category = rb_str_new_cstr(c < w->category_count ? w->categories[c] : "(root)");
-  return rb_ary_new_from_args(4, category, objects, kinds, edges);
-}
-
-// Between two parents read for names: the time limit and the slices hold there too.
-static bool between_parents(void *data) {
-  return pace((retainers_job *)data) == NULL;
-}
-
-// Names the edges of the paths to the targets reached and builds them. Returns "time" or "memory"
-// when the naming was cut short (some edges then stay unnamed), else NULL.
-static const char *build_paths(retainers_job *job, VALUE paths) {
-  walk *w = &job->w;
-  size_t found = 0;
-  uint32_t(*chains)[MAX_HOPS] = malloc((w->target_count ? w->target_count : 1) * sizeof(*chains));
-  int *lengths = malloc((w->target_count ? w->target_count : 1) * sizeof(int));
-  bool *cuts = malloc((w->target_count ? w->target_count : 1) * sizeof(bool));
-  job->names = edge_names_new();
-  const char *cut_short = NULL;
-  if (chains == NULL || lengths == NULL || cuts == NULL || job->names == NULL) {
-    cut_short = "memory";
-  } else {
-    for (size_t t = 0; t < w->target_count; t++) {
-      uint32_t node = node_of(w, w->targets[t]);
-      if (node == 0) continue;
-      lengths[found] = chain_of(w, node - 1, chains[found], &cuts[found]);
-      if (!want_edges(job->names, w, chains[found], lengths[found], cuts[found])) cut_short = "memory";
-      found++;
-    }
-    if (!edge_names_resolve(job->names, between_parents, job)) cut_short = "time";
-    // From here on nothing lets other threads run: the paths are read as the names were.
-    for (size_t p = 0; p < found; p++) rb_ary_push(paths, path_of(w, job->names, chains[p], lengths[p], cuts[p]));
-  }
-  free(chains);
-  free(lengths);
-  free(cuts);
-  return cut_short;
-}
-
 static VALUE run_walk(VALUE arg) {
   retainers_job *job = (retainers_job *)arg;
   walk *w = &job->w;
@@ -534,6 +359,7 @@ static VALUE run_walk(VALUE arg) {
       rb_objspace_reachable_objects_from_root(on_root, w);
       size_t next = 0;
       cut_short = walk_from(job, &next);
+      if (cut_short == NULL && !w->stopped && w->targets_found < w->target_count) cut_short = walk_stack_holders(job, &next);
       if (cut_short == NULL && !w->stopped && w->targets_found < w->target_count) {
         for (size_t d = 0; d < w->deferred_count; d++) add_node(w, w->deferred[d], NO_PARENT, w->deferred_category);
         cut_short = walk_from(job, &next);
@@ -544,7 +370,7 @@ static VALUE run_walk(VALUE arg) {
   }
   double walked = seconds_now() - job->started;
   VALUE paths = rb_ary_new();
-  const char *naming_cut = build_paths(job, paths);
+  const char *naming_cut = retainers_build_paths(job, paths);
   if (cut_short == NULL) cut_short = naming_cut;
   double now = seconds_now();
   if (now - job->slice_started > job->longest_slice) job->longest_slice = now - job->slice_started;
@@ -600,6 +426,7 @@ static VALUE finish_walk(VALUE arg) {
   free(job->w.targets);
   free(job->w.target_slots);
   free(job->w.deferred);
+  free(job->w.stack_holders);
   edge_names_free(job->names);
   return Qnil;
 }

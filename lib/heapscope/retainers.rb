@@ -86,7 +86,7 @@ module Heapscope
           end
           groups.sort_by! { |g| -g[:count] }
           { site: "#{file}:#{line}", sampled: raw[:targets], held: paths.size, visited: raw[:visited],
-            seconds: raw[:seconds], longest_pause: raw[:longest_pause], slices: raw[:slices], table_bytes: raw[:table_bytes],
+            kept: raw[:kept], seconds: raw[:seconds], longest_pause: raw[:longest_pause], slices: raw[:slices], table_bytes: raw[:table_bytes],
             cut_short: raw[:cut_short], shapes: groups.size, paths: groups.first(limit), keys: keys }
         end
       end
