@@ -11,19 +11,6 @@ require "heapscope/surfaces/rack"
 class TestHardeningHttpDebug < Minitest::Test
   include SurfacesTestHelper
 
-  # A clock the test moves by hand.
-  class Clock
-    attr_accessor :now
-
-    def initialize
-      @now = 1000.0
-    end
-
-    def to_proc
-      -> { @now }
-    end
-  end
-
   def setup
     Heapscope::Rack::TEXT_LIMITER.reset if defined?(Heapscope::Rack::TEXT_LIMITER)
   end

@@ -10,19 +10,6 @@ require "heapscope/surfaces/http_server"
 class TestHardeningHttpGc < Minitest::Test
   include SurfacesTestHelper
 
-  # A clock the test moves by hand.
-  class Clock
-    attr_accessor :now
-
-    def initialize
-      @now = 1000.0
-    end
-
-    def to_proc
-      -> { @now }
-    end
-  end
-
   def setup
     @source = FakeSource.new
     @clock = Clock.new

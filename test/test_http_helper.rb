@@ -11,6 +11,19 @@ require "rbconfig"
 require "heapscope/pprof"
 
 module SurfacesTestHelper
+  # A clock the test moves by hand.
+  class Clock
+    attr_accessor :now
+
+    def initialize
+      @now = 1000.0
+    end
+
+    def to_proc
+      -> { @now }
+    end
+  end
+
   ROOT = File.expand_path("..", __dir__)
   LIB = File.join(ROOT, "lib")
   NATIVE = File.join(LIB, "heapscope", "heapscope.#{RbConfig::CONFIG["DLEXT"]}")
