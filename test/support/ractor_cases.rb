@@ -87,10 +87,11 @@ module RactorCases
         puts "RESULT #{sup.take + x}"
         sleep 0.5 # the periodic writer runs a few times with heapscope off
         uri = URI("http://127.0.0.1:#{Heapscope::Auto.server.port}/debug/pprof/heap")
-        puts "HTTP #{Net::HTTP.get_response(uri).code}"
+        res = Net::HTTP.get_response(uri)
+        puts "HTTP #{res.code} #{res.body.lines.first}"
         off_line
       RUBY
-      result: "160000", warnings: 1, off: true, http: "503",
+      result: "160000", warnings: 1, off: true, http: "503", http_says: "switched itself off: a Ractor was started",
     },
     # After the Ractors are gone: 3.3+ starts again (and profiles); 3.1 refuses, saying why.
     "restart_after_ractors" => {
@@ -166,7 +167,10 @@ module RactorCases
       off = out[/^OFF (.*)$/, 1].to_s
       errors << "heapscope not off for a Ractor: #{off}" unless off.include?("a Ractor was started") && off.end_with?("running=false")
     end
-    errors << "listener answered #{out[/^HTTP (.*)$/, 1].inspect}, wanted #{c[:http]}" if c[:http] && out[/^HTTP (.*)$/, 1] != c[:http]
+    errors << "listener answered #{out[/^HTTP (.*)$/, 1].inspect}, wanted #{c[:http]}" if c[:http] && out[/^HTTP (\d+)/, 1] != c[:http]
+    if c[:http_says] && !out[/^HTTP (.*)$/, 1].to_s.include?(c[:http_says])
+      errors << "listener said #{out[/^HTTP (.*)$/, 1].inspect}, wanted it to say #{c[:http_says].inspect}"
+    end
     errors << "restart: #{out[/^RESTART (.*)$/, 1].inspect}, wanted #{c[:restart]}" if c[:restart] && !out[/^RESTART (.*)$/, 1].to_s.start_with?(c[:restart])
     errors
   end

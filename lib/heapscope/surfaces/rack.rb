@@ -355,7 +355,14 @@ module Heapscope
     end
 
     def not_running(reason = nil)
-      text(503, "#{reason || "heapscope is not running: start it with Heapscope.start or RUBYOPT=-rheapscope/auto"}\n")
+      reason ||= switched_off || "heapscope is not running: start it with Heapscope.start or RUBYOPT=-rheapscope/auto"
+      text(503, "#{reason}\n")
+    end
+
+    # Why heapscope switched itself off (a Ractor started), where it did: "start it" would mislead.
+    def switched_off
+      why = Heapscope.stats[:off_reason] if defined?(Heapscope::Native)
+      why && "heapscope switched itself off: #{why}; this process is not profiled any more"
     end
 
     def binary(filename, data)
