@@ -149,7 +149,7 @@ module Heapscope
     # the no-code-change surfaces run (heapscope/auto), theirs under :surfaces.
     def stats
       stats = Native._stats
-      # Why the default mode was not the usual one (only where that needs saying: ZJIT).
+      # Why the default mode was not the usual one (only where that needs saying: Ruby 4.1+, ZJIT).
       stats[:sampling_reason] = @sampling_reason if @sampling_reason && stats[:running]
       stats[:surfaces] = Auto.stats if defined?(Auto) && Auto.config
       stats
@@ -202,11 +202,8 @@ module Heapscope
       raise ArgumentError, "#{key} must be a number above 0 and at most 1 (#{what})#{nil_ok ? " or nil" : ""}, got #{value.inspect}"
     end
 
-    # The sampling mode to use and, when the default is :always only because ZJIT runs, why (else nil):
-    # windowed by default, except that sample_every: 1 (every allocation) needs the hook on for every
-    # allocation, Rubies where windows cannot open (see Native::WINDOWED_SUPPORTED) or can change only at
-    # GCs (Ruby 3.1: no Native::WINDOWED_TICKER, so a short run may see no window at all) sample always,
-    # and so does a process running ZJIT on 4.1+ (zjit_inlines_allocations?). A mode given explicitly is kept.
+    # [the sampling mode to use, why where that needs saying (else nil)]: default_sampling's choice when
+    # none is given; a mode given explicitly is kept where this Ruby supports it.
     def check_sampling(config)
       mode = config[:sampling]
       return default_sampling(config[:sample_every], RUBY_VERSION, zjit_enabled?) if mode.nil?
