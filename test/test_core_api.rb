@@ -179,8 +179,10 @@ class TestCoreAPI < Minitest::Test
     assert_equal 50_000, sum_at(prof, "alloc_objects", line, klass: "TestCoreAPI::Leak")
     assert_equal 50_000, sum_at(prof, "inuse_objects", line, klass: "TestCoreAPI::Leak")
     assert_equal 1, Heapscope.stats[:current_sample_every]
+    assert_equal 1, Heapscope.stats[:max_sample_every], "no budget: the rate was never lowered"
+    refute Heapscope.stats[:rate_lowered]
     line_text = prof.comments.find { |c| c.start_with?("sampling=") }
-    assert_match(/\brate_lowered=false\b.*\bvariance=labels\z/, line_text)
+    assert_match(/\bmax_sample_every=1 rate_lowered=false\b.*\bvariance=labels\z/, line_text)
     refute_nil keep
   end
 
@@ -226,7 +228,7 @@ class TestCoreAPI < Minitest::Test
     comments = decode(Heapscope.profile).comments
     line = comments.find { |c| c.start_with?("sampling=") }
     assert line, comments.inspect
-    assert_match(/\Asampling=#{expected} share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ weight_scale_wanted=[\d.]+ sample_every=\d+ current_sample_every=\d+ rate_lowered=(true|false) windows=\d+ hook_on_share=[\d.]+ allocations=\d+ skipped_own=\d+ variance=#{expected == :windowed ? "groups" : "labels"}\z/, line)
+    assert_match(/\Asampling=#{expected} share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ weight_scale_wanted=[\d.]+ sample_every=\d+ current_sample_every=\d+ max_sample_every=\d+ rate_lowered=(true|false) windows=\d+ hook_on_share=[\d.]+ allocations=\d+ skipped_own=\d+ variance=#{expected == :windowed ? "groups" : "labels"}\z/, line)
     # Windowed: the variance groups' allocations (docs/configuration.md), 16 whole numbers.
     design = comments.find { |c| c.start_with?("variance_groups=") }
     if expected == :windowed

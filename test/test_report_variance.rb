@@ -31,9 +31,11 @@ class TestReportVariance < Minitest::Test
   end
 
   # The line the new core writes: sampling mode, share, rates, windows, variance=labels.
-  def variance_line(sample_every: 100, current: sample_every, windows: 120, sampling: "windowed")
+  def variance_line(sample_every: 100, current: sample_every, windows: 120, sampling: "windowed", lowest: nil,
+                    lowered: current > sample_every)
     "sampling=#{sampling} share=0.04 sample_every=#{sample_every} current_sample_every=#{current} " \
-      "rate_lowered=#{current > sample_every} windows=#{windows} hook_on_share=0.04100 allocations=9000000 " \
+      "#{"max_sample_every=#{lowest} " if lowest}" \
+      "rate_lowered=#{lowered} windows=#{windows} hook_on_share=0.04100 allocations=9000000 " \
       "skipped_own=0 variance=labels"
   end
 
@@ -129,6 +131,25 @@ class TestReportVariance < Minitest::Test
     assert_operator JSON.parse(out)["entries"][0]["relative_error"], :>, 0
     _, out, = run_cli("top", path)
     assert_match(/<0\.1%\s+Cache#store/, out)
+  end
+
+  # The Rails app's every profile said "rate lowered by the overhead budget from 1 in 1000 to 1 in 1000":
+  # the budget had lowered the rate and restored it. Such a profile says what happened, with how low it
+  # went where the profile says (max_sample_every), and a profile written before that key existed too.
+  def test_a_rate_lowered_then_restored_says_so_without_contradicting_itself
+    restored = cache_profile(sample_every: 1000, current: 1000, lowest: 4000)
+    _, out, = run_cli("top", write("restored.pb.gz", restored))
+    assert_includes out.lines[1], "rate lowered by the overhead budget at times (to 1 in 4000 at the lowest), back at 1 in 1000 now"
+    refute_includes out, "to 1 in 1000;"
+    old = cache_profile(sample_every: 1000, current: 1000, lowered: true)
+    _, out, = run_cli("top", write("old-restored.pb.gz", old))
+    assert_includes out.lines[1], "rate lowered by the overhead budget at times, back at 1 in 1000 now"
+    never = cache_profile(sample_every: 1000, current: 1000, lowest: 1000)
+    _, out, = run_cli("top", write("never.pb.gz", never))
+    refute_includes out, "rate lowered"
+    still = cache_profile(sample_every: 1000, current: 2000, lowest: 4000)
+    _, out, = run_cli("top", write("still.pb.gz", still))
+    assert_includes out.lines[1], "rate lowered by the overhead budget from 1 in 1000 to 1 in 2000"
   end
 
   def test_rate_lowered_profiles_say_so_in_every_header_and_never_claim_zero_error

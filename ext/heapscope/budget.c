@@ -5,6 +5,7 @@ void budget_init(budget *b, double max_overhead, uint32_t base_every, uint64_t n
     .max_overhead = max_overhead,
     .base_every = base_every,
     .current_every = base_every,
+    .max_every = base_every,
     .window_start = now,
   };
 }
@@ -28,6 +29,7 @@ bool budget_spend(budget *b, uint64_t spent, uint64_t now) {
   }
   if (every == b->current_every) return false;
   b->current_every = (uint32_t)every;
+  if (b->current_every > b->max_every) b->max_every = b->current_every;
   b->adjustments++;
   return true;
 }

@@ -27,6 +27,8 @@ typedef struct {
   double last_overhead;    // the overhead measured over the last complete window
   uint64_t total_spent;    // all sampling nanoseconds
   uint64_t adjustments;    // how many times the rate changed
+  uint32_t max_every;      // the lowest rate in force since init (its largest every): a rate restored
+                           // to base_every was still lowered for a while, and its samples weigh more
 } budget;
 
 void budget_init(budget *b, double max_overhead, uint32_t base_every, uint64_t now);

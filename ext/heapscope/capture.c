@@ -540,6 +540,7 @@ labelsets *capture_labels(void) { return label_table; }
 void capture_get_stats(capture_stats *stats) {
   *stats = cap.stats;
   stats->current_every = cap.budget.current_every;
+  stats->max_every = cap.budget.max_every;
   stats->vm_allocations = cap.running ? capture_vm_allocations() - cap.started_allocations : 0;
   stats->hook_allocations = !cap.config.windowed ? stats->vm_allocations
                             : cap.hook_allocations + (cap.window_open ? cap.step - cap.countdown : 0);

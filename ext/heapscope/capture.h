@@ -69,6 +69,7 @@ typedef struct {
   double window_seen_share;   // windowed: the share of allocations the hook had seen when the in-window
                               // rate was last set (0: not yet; schedule_window_every)
   uint32_t current_every;     // the sampling rate in force (the budget may have lowered it)
+  uint32_t max_every;         // the lowest rate the budget used since start (budget.h)
   uint64_t rate_adjustments;  // times the budget changed the rate
   uint64_t sampling_nanos;    // time spent in sampling work and the GC hook
   double last_overhead;       // sampling time / wall time over the budget's last window

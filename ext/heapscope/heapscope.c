@@ -211,7 +211,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
   recorder_get_stats(capture_recorder(), &rs);
   labelsets_stats ls = {0};
   if (capture_labels() != NULL) labelsets_get_stats(capture_labels(), &ls);
-  size_t size = 1664 + 2 * 24 * VARIANCE_GROUPS;
+  size_t size = 1696 + 2 * 24 * VARIANCE_GROUPS;
   char *text = malloc(size);
   if (text == NULL) return NULL;
   int used = snprintf(text, size,
@@ -219,7 +219,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            "sample_every=%u current_sample_every=%u max_overhead=%g max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
            "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
            "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu gc_runs_missed=%llu\n"
-           "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f weight_scale_wanted=%.4f sample_every=%u current_sample_every=%u rate_lowered=%s "
+           "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f weight_scale_wanted=%.4f sample_every=%u current_sample_every=%u max_sample_every=%u rate_lowered=%s "
            "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=%s\n"
            "label_sets=%llu max_label_sets=%u label_sets_overflowed=%llu label_sets_dropped=%llu label_threads=%s\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
@@ -232,7 +232,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            (unsigned long long)(rs.dropped_no_memory + cs.dropped_no_memory),
            (unsigned long long)cs.gc_end_marks_missed,
            c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), capture_weight_scale_wanted(), c->sample_every, cs.current_every,
-           cs.current_every > c->sample_every || cs.rate_adjustments > 0 ? "true" : "false",
+           cs.max_every, cs.current_every > c->sample_every ? "true" : "false",
            (unsigned long long)cs.windows_opened, hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
            (unsigned long long)cs.skipped_own, snapshot->has_groups ? "groups" : "labels",
            (unsigned long long)ls.sets, ls.max_sets, (unsigned long long)ls.overflowed, (unsigned long long)ls.dropped,
@@ -411,7 +411,8 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "rate_adjustments", cs.rate_adjustments);
   set(h, "sampling", ID2SYM(rb_intern(capture_current_config()->windowed ? "windowed" : "always")));
   set(h, "window_share", capture_current_config()->windowed ? DBL2NUM(cs.share) : Qnil);
-  set(h, "rate_lowered", cs.current_every > capture_current_config()->sample_every || cs.rate_adjustments > 0 ? Qtrue : Qfalse);
+  set(h, "rate_lowered", cs.current_every > capture_current_config()->sample_every ? Qtrue : Qfalse); // now, not once
+  set_u64(h, "max_sample_every", cs.max_every);
   set(h, "hook_on_share", DBL2NUM(hook_on_share(&cs)));
   set(h, "realized_share", DBL2NUM(cs.realized_share));
   set(h, "requested_share", DBL2NUM(cs.requested_share));

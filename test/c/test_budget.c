@@ -20,6 +20,27 @@ static void test_over_budget_halves_the_rate_once_per_window(void) {
   CHECK(budget_spend(&b, 1 * ms, 200 * ms));
   CHECK_EQ_U64(b.current_every, 400);
   CHECK_EQ_U64(b.adjustments, 2);
+  CHECK_EQ_U64(b.max_every, 400);
+}
+
+// A rate restored to the base still says how low it went: its samples weigh more, and a profile must
+// not call it "lowered from 1 in 100 to 1 in 100" nor hide that it was lowered.
+static void test_the_lowest_rate_is_remembered_after_the_rate_is_restored(void) {
+  budget b;
+  budget_init(&b, 0.01, 100, 0);
+  CHECK_EQ_U64(b.max_every, 100);
+  uint64_t now = 0;
+  for (int w = 0; w < 3; w++) { // 5% of each window: halved three times
+    now += 100 * ms;
+    budget_spend(&b, 5 * ms, now);
+  }
+  CHECK_EQ_U64(b.current_every, 800);
+  for (int w = 0; w < 6; w++) { // far under: back to the base
+    now += 100 * ms;
+    budget_spend(&b, 1000, now);
+  }
+  CHECK_EQ_U64(b.current_every, 100);
+  CHECK_EQ_U64(b.max_every, 800);
 }
 
 static void test_under_budget_returns_to_the_base_rate_and_no_further(void) {
@@ -68,5 +89,6 @@ int main(void) {
   test_under_budget_returns_to_the_base_rate_and_no_further();
   test_the_rate_is_bounded();
   test_without_a_budget_nothing_moves_but_time_is_counted();
+  test_the_lowest_rate_is_remembered_after_the_rate_is_restored();
   return check_report("test_budget");
 }

@@ -35,6 +35,8 @@ module Heapscope
     # A profile whose overhead budget lowered the rate (current_sample_every above sample_every, or
     # rate_lowered=true) says so in describe, which every report header prints; without variance labels
     # its errors then assume the lowered rate, so they are never the 0 that sample_every: 1 would give.
+    # A rate lowered and since restored (max_sample_every above sample_every) says that instead: "from 1
+    # in 1000 to 1 in 1000" contradicted itself.
     class Sampling
       attr_reader :sample_every, :current_sample_every, :period, :windows, :share, :mode
 
@@ -124,6 +126,7 @@ module Heapscope
         @current_sample_every = nil
         @windows = nil
         @rate_lowered = false
+        @lowered_at_times = nil # the lowest rate (largest every) a restored rate had, or true where unknown
         @variance = false
         @mode = nil
         @share = nil
@@ -198,9 +201,14 @@ module Heapscope
           else "sampling rate unknown"
           end
         text = "#{text}; #{scale_bounded_text}" if @scale_bounded
-        return text unless @rate_lowered
-
-        "#{text}; rate lowered by the overhead budget from 1 in #{@sample_every} to 1 in #{@current_sample_every || "?"}"
+        if @rate_lowered
+          "#{text}; rate lowered by the overhead budget from 1 in #{@sample_every} to 1 in #{@current_sample_every || "?"}"
+        elsif @lowered_at_times
+          lowest = @lowered_at_times == true ? "" : " (to 1 in #{@lowered_at_times} at the lowest)"
+          "#{text}; rate lowered by the overhead budget at times#{lowest}, back at 1 in #{@sample_every} now"
+        else
+          text
+        end
       end
 
       # Estimated number of samples behind an estimate, given the values vector (all sample types) of a
@@ -353,7 +361,17 @@ module Heapscope
         @mode = pairs["sampling"] if %w[windowed always].include?(pairs["sampling"])
         @share = Float(pairs["share"], exception: false)
         @windows = pairs["windows"].to_i if pairs["windows"]&.match?(/\A\d{1,19}\z/)
-        @rate_lowered = true if pairs["rate_lowered"] == "true"
+        # rate_lowered is the rate now; max_sample_every the lowest it was (profiles before it existed said
+        # rate_lowered=true for a rate since restored, whose current_sample_every equals sample_every).
+        lowest = pairs["max_sample_every"]&.match?(/\A\d{1,19}\z/) ? pairs["max_sample_every"].to_i : nil
+        restored = @sample_every && @current_sample_every && @current_sample_every <= @sample_every
+        if pairs["rate_lowered"] == "true" && !restored
+          @rate_lowered = true
+        elsif lowest && @sample_every && lowest > @sample_every
+          @lowered_at_times = lowest
+        elsif pairs["rate_lowered"] == "true"
+          @lowered_at_times = true
+        end
         scale = Float(pairs["weight_scale"], exception: false)
         wanted = Float(pairs["weight_scale_wanted"], exception: false)
         return unless scale && wanted && scale.positive? && wanted.positive?
