@@ -81,6 +81,21 @@ class TestCoreRetainers < Minitest::Test
     assert_equal [[nil, "Hash"], ["value at key \"a\"", "Array"], ["[0]", "String (the sampled object)"]], hops(path)
   end
 
+  # A String, Float or Bignum is skipped by the walk as a leaf (it holds nothing), unless it has instance
+  # variables of its own: then what they hold must still be found through it, in a big Array (read a
+  # chunk at a time) as in a small one.
+  def test_an_instance_variable_of_a_string_in_a_big_array
+    holders = Array.new(70_000) { |i| "holder #{i}" }
+    5.times { |i| holders[i * 10_000].instance_variable_set(:@kept, +"held by a string #{i}") } # STRING IVAR SITE
+    $heapscope_test_cache = holders
+    report = Heapscope.retainers("#{FILE}:#{line_of("# STRING IVAR SITE")}")
+    assert_equal 5, report[:held]
+    path = report[:paths].first
+    assert_equal "global variable $heapscope_test_cache", path[:root]
+    assert_equal [[nil, "Array"], ["[i]", "String"], ["@kept", "String (the sampled object)"]],
+                 hops(path).map { |edge, klass| [edge&.sub(/\A\[\d+\]\z/, "[i]"), klass] }
+  end
+
   def test_a_constant_holding_a_cache_object_with_an_instance_variable
     4.times { |i| Fixtures::CACHE.add(+"stored #{i}") } # CONSTANT SITE
     path = Heapscope.retainers("#{FILE}:#{line_of("# CONSTANT SITE")}")[:paths].first

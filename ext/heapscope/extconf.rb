@@ -52,13 +52,12 @@ have_func("prctl", "sys/prctl.h")
 abort "heapscope: zlib.h is missing (apt-get install zlib1g-dev)" unless have_header("zlib.h")
 abort "heapscope: libz is missing (apt-get install zlib1g-dev)" unless have_library("z", "deflateInit2_", "zlib.h")
 
-# Ractors (ractors.h): Ruby 3.1 and 3.2 export ruby_single_main_ractor (declared in internal headers
-# only), 3.4+ rb_gc_multi_ractor_p; both say whether the process ever left single-Ractor mode.
+# Ractors (ractors.h): 3.4+ exports rb_gc_multi_ractor_p, which says whether the process ever left
+# single-Ractor mode; 3.1 and 3.2 say it with ruby_single_main_ractor, which ractors.c looks up with
+# dlsym when it loads (a link test passes on a static Ruby that does not export it). dlsym is in libc
+# from glibc 2.34, in libdl before.
 have_func("rb_gc_multi_ractor_p")
-if try_link("#include <ruby.h>\nextern struct rb_ractor_struct *ruby_single_main_ractor;\n" \
-            "int main(void) { return ruby_single_main_ractor != 0; }\n")
-  $defs << "-DHAVE_RUBY_SINGLE_MAIN_RACTOR"
-end
+have_library("dl", "dlsym", "dlfcn.h") unless have_func("dlsym", "dlfcn.h")
 
 # The prebuilt gem's builds (rakelib/native_gem.rake) do not link libruby: Ruby's symbols are resolved
 # from the process that loads the extension, so one build serves a Ruby built with a shared libruby

@@ -15,10 +15,14 @@
 
 #include "capture_internal.h"
 
-#ifdef HAVE_RUBY_SINGLE_MAIN_RACTOR
-// Exported by Ruby 3.1 and 3.2, declared only in their internal headers: non-NULL while the process
-// has only ever had its main Ractor.
-extern struct rb_ractor_struct *ruby_single_main_ractor;
+#ifdef RACTORS_VM_CRASH
+#include <dlfcn.h>
+// Ruby 3.1 and 3.2's ruby_single_main_ractor (declared only in their internal headers): non-NULL while
+// the process has only ever had its main Ractor. Looked up when the extension loads, not linked: a
+// Ruby linked statically keeps it in libruby-static.a (so a link test finds it) without exporting it
+// (so a linked reference fails the load: Ruby 4.0.5 built by hand said "undefined symbol"). NULL
+// where this Ruby does not export it; then only Ractor.count and the guard's other probes remain.
+static struct rb_ractor_struct *const *single_main_ractor;
 #endif
 #ifdef HAVE_RB_GC_MULTI_RACTOR_P
 bool rb_gc_multi_ractor_p(void); // Ruby 3.4+, for GC implementations; declared in internal headers only
@@ -35,10 +39,10 @@ static VALUE sym_gc_by, sym_capi;
 bool ractors_in_main(void) { return rb_ractor_local_storage_ptr(main_marker) != NULL; }
 
 bool ractors_multi_mode(void) {
-#if defined(HAVE_RUBY_SINGLE_MAIN_RACTOR)
-  return ruby_single_main_ractor == NULL;
-#elif defined(HAVE_RB_GC_MULTI_RACTOR_P)
+#if defined(HAVE_RB_GC_MULTI_RACTOR_P)
   return rb_gc_multi_ractor_p();
+#elif defined(RACTORS_VM_CRASH)
+  return single_main_ractor != NULL && *single_main_ractor == NULL;
 #else
   return false;
 #endif
@@ -165,6 +169,9 @@ void capture_ractors_start(void) {
 }
 
 void ractors_init(void) {
+#ifdef RACTORS_VM_CRASH
+  single_main_ractor = (struct rb_ractor_struct *const *)dlsym(RTLD_DEFAULT, "ruby_single_main_ractor");
+#endif
   main_marker = rb_ractor_local_storage_ptr_newkey(NULL);
   rb_ractor_local_storage_ptr_set(main_marker, (void *)&main_marker);
   count_method = rb_obj_method(rb_cRactor, ID2SYM(rb_intern("count")));

@@ -147,22 +147,19 @@ static void on_root(const char *category, VALUE obj, void *data) {
 // anyway: no path goes through it, so the walk need not keep it (unless it is a target). This is what
 // keeps a walk over 3M Strings small: ~21 bytes kept per object otherwise. Conservative: anything
 // unsure is not a leaf.
+// Generic instance variables (on a String, an Array...) are asked of rb_ivar_count: FL_EXIVAR, which
+// said so on 3.1-3.4, is deprecated in 4.0 as "an outdated implementation detail".
 static bool is_leaf(VALUE obj) {
-#ifdef FL_EXIVAR
-  if (RB_FL_TEST_RAW(obj, FL_EXIVAR)) return false; // generic instance variables
   switch (RB_BUILTIN_TYPE(obj)) {
     case RUBY_T_STRING:
       // A heap String may share another's buffer and then references it (STR_SHARED, FL_USER2 in
       // internal/string.h on 3.1-3.4): only an embedded one, or a heap one without that flag.
-      return RBASIC_CLASS(obj) == rb_cString && (!RB_FL_TEST_RAW(obj, RSTRING_NOEMBED) || !RB_FL_TEST_RAW(obj, RUBY_FL_USER2));
-    case RUBY_T_FLOAT: return RBASIC_CLASS(obj) == rb_cFloat;
-    case RUBY_T_BIGNUM: return RBASIC_CLASS(obj) == rb_cInteger;
+      return RBASIC_CLASS(obj) == rb_cString && (!RB_FL_TEST_RAW(obj, RSTRING_NOEMBED) || !RB_FL_TEST_RAW(obj, RUBY_FL_USER2)) &&
+             rb_ivar_count(obj) == 0;
+    case RUBY_T_FLOAT: return RBASIC_CLASS(obj) == rb_cFloat && rb_ivar_count(obj) == 0;
+    case RUBY_T_BIGNUM: return RBASIC_CLASS(obj) == rb_cInteger && rb_ivar_count(obj) == 0;
     default: return false;
   }
-#else
-  (void)obj;
-  return false;
-#endif
 }
 
 static void on_child(VALUE obj, void *data) {
@@ -184,11 +181,7 @@ static double seconds_now(void) {
 // elements at once. Not one with generic instance variables (the GC's walk finds those). What the walk
 // leaves out: a shared Array's hidden root buffer, whose elements are the ones read here anyway.
 static bool is_big_array(VALUE obj) {
-  if (!RB_TYPE_P(obj, RUBY_T_ARRAY) || RARRAY_LEN(obj) <= ARRAY_CHUNK) return false;
-#ifdef FL_EXIVAR
-  if (RB_FL_TEST_RAW(obj, FL_EXIVAR)) return false;
-#endif
-  return true;
+  return RB_TYPE_P(obj, RUBY_T_ARRAY) && RARRAY_LEN(obj) > ARRAY_CHUNK && rb_ivar_count(obj) == 0;
 }
 
 // Reads the next chunk of a big Array (its length and elements read afresh: other threads may have
