@@ -119,8 +119,8 @@ class TestHardeningHttpDos < Minitest::Test
 
   # The lib directory of the http_server.rb this process loaded, then ours (for heapscope/env_config).
   def child_load_path
-    loaded = $LOADED_FEATURES.find { |f| f.end_with?("/heapscope/http_server.rb") }
-    [File.dirname(loaded, 2), LIB].uniq.flat_map { |dir| ["-I", dir] }
+    loaded = $LOADED_FEATURES.find { |f| f.end_with?("/heapscope/surfaces/http_server.rb") }
+    [File.dirname(loaded, 3), LIB].uniq.flat_map { |dir| ["-I", dir] }
   end
 
   def start_child(token: nil)
