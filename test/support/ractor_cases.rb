@@ -20,6 +20,8 @@ module RactorCases
     Warning[:experimental] = false
     $stdout.sync = true
     def off_line = puts("OFF #{Heapscope.stats[:off_reason].inspect} running=#{Heapscope.running?}")
+    # Ruby 4.0 replaced Ractor#take (3.x) with Ractor#value: the cases say take on every Ruby.
+    class Ractor; alias_method :take, :value unless method_defined?(:take); end
   RUBY
 
   # A Ractor made through a Method taken before heapscope loaded: Ractor.new's prepend never sees it.
