@@ -96,6 +96,16 @@ class TestCoreRetainers < Minitest::Test
                  hops(path).map { |edge, klass| [edge&.sub(/\A\[\d+\]\z/, "[i]"), klass] }
   end
 
+  # Sampled objects that died since the last GC are reached from no root: they must not be shown as held
+  # (they were, through the walk's own bookkeeping object on this thread's C stack).
+  def test_garbage_is_not_held_by_anything
+    in_finished_thread { 200.times { |i| +"garbage #{i}" } } # GARBAGE SITE
+    report = Heapscope.retainers("#{FILE}:#{line_of("# GARBAGE SITE")}")
+    assert_operator report[:sampled], :>=, 100
+    assert_operator report[:held], :<=, report[:sampled] / 10, Heapscope::Retainers.text(report)
+    assert_includes Heapscope::Retainers.text(report), "reached from no root: garbage the next GC frees"
+  end
+
   def test_a_constant_holding_a_cache_object_with_an_instance_variable
     4.times { |i| Fixtures::CACHE.add(+"stored #{i}") } # CONSTANT SITE
     path = Heapscope.retainers("#{FILE}:#{line_of("# CONSTANT SITE")}")[:paths].first

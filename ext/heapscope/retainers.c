@@ -385,7 +385,10 @@ static VALUE run_walk(VALUE arg) {
 // Marks (and so pins) every VALUE the walk holds, while it lets other threads run.
 static void walk_mark(void *data) {
   const retainers_job *job = data;
-  if (job == NULL) return;
+  // Only in a GC: the walk itself can reach its holder (it sits on this thread's C stack, a conservative
+  // root) and asks for its references with rb_objspace_reachable_objects_from, outside any GC; handing
+  // it the targets then gave every garbage target a path through the holder.
+  if (job == NULL || !rb_during_gc()) return;
   const walk *w = &job->w;
   for (size_t b = 0; b < w->block_count; b++) {
     size_t in_block = w->count - b * BLOCK_NODES < BLOCK_NODES ? w->count - b * BLOCK_NODES : BLOCK_NODES;

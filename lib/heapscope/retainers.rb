@@ -148,7 +148,7 @@ module Heapscope
           hops.first[:edge] = nil
         end
 
-        if objects.first.equal?(Object) && hops[1]&.dig(:edge)&.start_with?("constant ")
+        if SAME.bind_call(objects.first, Object) && hops[1]&.dig(:edge)&.start_with?("constant ")
           last = 1
           last += 1 while hops[last + 1]&.dig(:edge)&.start_with?("constant ")
           rest = hops[last..].map(&:dup)
@@ -159,8 +159,8 @@ module Heapscope
         if Binding === objects.first && kinds_internal?(hops[1]) && hops.size > 2
           binding = objects.first
           # Binding's own methods, bound: a local variable's value is compared by identity, never asked.
-          var = BINDING_LOCALS.bind_call(binding).find { |v| BINDING_LOCAL_GET.bind_call(binding, v).equal?(objects[2]) }
-          whose = binding.equal?(TOPLEVEL_BINDING) ? "of the main script" : "of a Binding"
+          var = BINDING_LOCALS.bind_call(binding).find { |v| SAME.bind_call(BINDING_LOCAL_GET.bind_call(binding, v), objects[2]) }
+          whose = SAME.bind_call(binding, TOPLEVEL_BINDING) ? "of the main script" : "of a Binding"
           return ["#{var ? "local variable #{var}" : "a local variable"} #{whose}", hops[2..]]
         end
         thread_at = objects.first(2).index { |o| Thread === o }
@@ -230,6 +230,8 @@ module Heapscope
       end
 
       # Core methods, bound at load: an application's overrides (or a later monkey patch) are not run.
+      # Identity, asked of BasicObject#equal? itself: an application object may redefine equal?.
+      SAME = BasicObject.instance_method(:equal?)
       KERNEL_CLASS = Kernel.instance_method(:class)
       MODULE_NAME = Module.instance_method(:name)
       MODULE_INSPECT = Module.instance_method(:inspect)
@@ -263,7 +265,7 @@ module Heapscope
         when :ivar then edge[1].to_s
         when :class_ivar then "#{edge[1]} (of the #{Class === parent ? "class" : "module"})"
         when :class_variable then "class variable #{edge[1]}"
-        when :constant then "constant #{edge[1].equal?(Object) ? edge[2] : "#{module_name(edge[1])}::#{edge[2]}"}"
+        when :constant then "constant #{SAME.bind_call(edge[1], Object) ? edge[2] : "#{module_name(edge[1])}::#{edge[2]}"}"
         when :index then "[#{edge[1]}]"
         when :member then ".#{edge[1]}"
         when :value_at then keys ? "value at key #{preview(edge[1])}" : "value at #{article(class_name(edge[1]))} key"
@@ -281,10 +283,10 @@ module Heapscope
       # Thread#keys and #thread_variables return copies made in C: nothing of the thread is iterated
       # from Ruby while other threads run.
       def thread_edge(thread, child)
-        key = THREAD_KEYS.bind_call(thread).find { |k| THREAD_GET.bind_call(thread, k).equal?(child) }
+        key = THREAD_KEYS.bind_call(thread).find { |k| SAME.bind_call(THREAD_GET.bind_call(thread, k), child) }
         return "thread-local #{key.inspect}" if key
 
-        var = THREAD_VARIABLES.bind_call(thread).find { |k| THREAD_VARIABLE_GET.bind_call(thread, k).equal?(child) }
+        var = THREAD_VARIABLES.bind_call(thread).find { |k| SAME.bind_call(THREAD_VARIABLE_GET.bind_call(thread, k), child) }
         var ? "thread variable #{var.inspect}" : "its stack (a local variable or block)"
       end
 
@@ -311,7 +313,7 @@ module Heapscope
       NONE = Object.new.freeze
 
       def elements_preview(open, close, elements, size, depth)
-        shown = elements.reject { |e| e.equal?(NONE) }.map { |e| preview(e, depth + 1) }
+        shown = elements.reject { |e| SAME.bind_call(e, NONE) }.map { |e| preview(e, depth + 1) }
         shown << "...#{size - shown.size} more" if size > shown.size
         "#{open}#{shown.join(", ")}#{close}"
       end
