@@ -330,11 +330,23 @@ class TestStressMatrix < Minitest::Test
       # plenty of samples (1 in 3 made the cell 5x slower, over 240 s under ASan).
       Heapscope.start(sampling: :windowed, window_share: 0.5, sample_every: 30, max_overhead: nil)
       keep = Queue.new
+      # Progress on stderr every 20 s: a cell killed at its deadline then shows where it stalled.
+      Thread.new do
+        loop do
+          sleep 20
+          st = Heapscope.stats
+          $stderr.puts "progress: GC.count=#{GC.count} stress=#{GC.stress} #{st.slice(:gc_runs_seen, :gc_runs_missed, :windows_opened, :tracked_objects, :suspect_records)} " \
+                       "main at #{Thread.main.backtrace&.first(4)&.join(" < ")}"
+        end
+      end
       threads = Array.new(3) do
         Thread.new { (3_000 * SCALE).times { |i| keep << Kept.new; Dropped.new; "garbage #{i}" } }
       end
+      # One profile under GC.stress while the threads allocate (every allocation a full GC: 10-30 s
+      # on Ruby 3.3 alone; two made the cell time out under CI's load).
       GC.stress = true
-      2.times { decoded; Thread.pass }
+      decoded
+      Thread.pass
       GC.stress = false
       threads.each(&:join)
       # Windows stay shut under GC.stress, when most of the threads' objects were made, and on Ruby 3.1
