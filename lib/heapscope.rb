@@ -52,6 +52,7 @@ module Heapscope
     label_threads: false, # every sample also labelled thread=<its native thread's name> (labels.rb)
     max_label_sets: 1000, # distinct label sets per process; past it new sets become "(other)"
     show_contents: false, # the operator's consent to show data (Hash keys in retainers) to any reader
+    census: true, # every profile counts the live heap exactly first (docs/reading-profiles.md, exact totals)
   }.freeze
   SAMPLING_MODES = %i[windowed always].freeze
 
@@ -80,6 +81,7 @@ module Heapscope
       check_integer(config, :max_label_sets, 1, 1_000_000)
       check_boolean(config, :track_sizes)
       check_boolean(config, :show_contents)
+      check_boolean(config, :census)
       check_fraction(config, :max_overhead)
       config[:sampling], sampling_reason = check_sampling(config)
       check_fraction(config, :window_share, nil_ok: false)
@@ -135,7 +137,8 @@ module Heapscope
         # the fail-safe after an internal error).
         # The memory breakdown's raw figures ride in the profile as a comment (memory.rb).
         Native._profile(opts[:type] == :allocs, opts[:min_age] || @config&.fetch(:min_age) || 0,
-                        "#{Memory.comment(Memory.measure)}\n#{"sampling_reason: #{@sampling_reason}\n" if @sampling_reason}")
+                        "#{Memory.comment(Memory.measure)}\n#{"sampling_reason: #{@sampling_reason}\n" if @sampling_reason}",
+                        @config&.fetch(:census, true) != false)
       end
     end
 

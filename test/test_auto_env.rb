@@ -30,14 +30,14 @@ class TestAutoEnv < Minitest::Test
     config, errors = parse(
       "HEAPSCOPE_SAMPLE_EVERY" => "500", "HEAPSCOPE_MAX_FRAMES" => "64", "HEAPSCOPE_MIN_AGE" => "0",
       "HEAPSCOPE_MAX_TRACKED_OBJECTS" => "1000", "HEAPSCOPE_MAX_STACKS" => "10", "HEAPSCOPE_TRACK_SIZES" => "false", "HEAPSCOPE_MAX_OVERHEAD" => "0.05",
-      "HEAPSCOPE_SAMPLING" => "windowed", "HEAPSCOPE_WINDOW_SHARE" => "0.1",
+      "HEAPSCOPE_CENSUS" => "0", "HEAPSCOPE_SAMPLING" => "windowed", "HEAPSCOPE_WINDOW_SHARE" => "0.1",
       "HEAPSCOPE_DIR" => "/tmp/x", "HEAPSCOPE_INTERVAL" => "0.5", "HEAPSCOPE_KEEP" => "3", "HEAPSCOPE_FINAL" => "0",
       "HEAPSCOPE_APP_NAME" => "web-1.api", "HEAPSCOPE_HTTP" => "6060", "HEAPSCOPE_HTTP_FORK" => "same",
       "HEAPSCOPE_PYROSCOPE_URL" => "http://127.0.0.1:4040", "HEAPSCOPE_PYROSCOPE_LABELS" => "env=prod, region=eu-1",
     )
     assert_empty errors
     assert_equal({ sample_every: 500, max_frames: 64, min_age: 0, max_tracked_objects: 1000, max_stacks: 10,
-                   track_sizes: false, max_overhead: 0.05, sampling: :windowed, window_share: 0.1 }, config[:start])
+                   track_sizes: false, max_overhead: 0.05, census: false, sampling: :windowed, window_share: 0.1 }, config[:start])
     assert_nil parse("HEAPSCOPE_MAX_OVERHEAD" => "off").first[:start].fetch(:max_overhead)
     assert_equal ["/tmp/x", 0.5, 3, false, "web-1.api"], config.values_at(:dir, :interval, :keep, :final, :app_name)
     assert_equal({ host: "127.0.0.1", port: 6060, token: nil, fork: :same }, config[:http])
@@ -90,6 +90,7 @@ class TestAutoEnv < Minitest::Test
     "HEAPSCOPE_MAX_TRACKED_OBJECTS" => ["0", "must be an integer from 1 to 2147483647"],
     "HEAPSCOPE_MAX_STACKS" => ["1e6", "must be an integer from 1 to 2147483647"],
     "HEAPSCOPE_TRACK_SIZES" => ["2", "must be 1 or 0 (true/false, yes/no, on/off)"],
+    "HEAPSCOPE_CENSUS" => ["sometimes", "must be 1 or 0 (true/false, yes/no, on/off)"],
     "HEAPSCOPE_MAX_OVERHEAD" => ["1.5", "must be a number above 0 and at most 1, or off"],
     "HEAPSCOPE_SAMPLING" => ["sometimes", "must be one of windowed, always"],
     "HEAPSCOPE_WINDOW_SHARE" => ["0", "must be a number above 0 and at most 1"],

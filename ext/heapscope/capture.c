@@ -16,6 +16,7 @@
 #include <ruby/vm.h>
 
 #include "capture_internal.h"
+#include "population.h"
 #include "ticker.h"
 
 capture_state cap;
@@ -48,19 +49,6 @@ static void check_invariants(void) {
 
 // ---- The hooks (inside the allocation or the GC: no Ruby allocation, no raise) ----
 
-static bool is_internal(VALUE obj) {
-  // Hidden objects (no class) are the VM's own: Ruby 4.0 allocates method-cache tables on the heap.
-  if (RBASIC_CLASS(obj) == 0) return true;
-  switch (RB_BUILTIN_TYPE(obj)) {
-    case RUBY_T_IMEMO: case RUBY_T_ICLASS: case RUBY_T_NONE: case RUBY_T_ZOMBIE: case RUBY_T_MOVED:
-#ifdef T_NODE
-    case T_NODE:
-#endif
-      return true;
-    default:
-      return false;
-  }
-}
 
 // The frame id of {frame, line} (interning the frame's code and the frame if new); 0 when memory is short.
 static uint32_t frame_id_of(VALUE frame, int line) {
@@ -127,7 +115,7 @@ static uint32_t current_labels(void) {
 
 static void sample(VALUE obj, uint32_t weight) {
   cap.stats.samples_taken++;
-  if (is_internal(obj)) {
+  if (population_is_internal(obj)) {
     cap.stats.skipped_internal++;
     return;
   }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "census.h"
 #include "dirhandle.h"
 #include "liveness.h"
 #include "memstats.h"
@@ -21,7 +22,9 @@ static VALUE eHeapscopeError;
 static uint64_t started_at_nanos;
 // How long the last profile held the GVL (naming, measuring, grouping, copying) and how long it
 // encoded and gzipped without it.
-static uint64_t last_profile_gvl_nanos, last_profile_encode_nanos;
+static uint64_t last_profile_gvl_nanos, last_profile_encode_nanos, last_census_nanos;
+// Classes listed in a profile's census beside those with samples: the biggest others by bytes.
+#define CENSUS_OTHER_CLASSES 32
 // The fail-safe (capture_fail): why profiling was disabled, and how often that happened.
 static const char *disabled_reason;
 static uint64_t internal_errors;
@@ -286,9 +289,10 @@ static char *append_comments(char *text, const char *extra, size_t extra_len) {
   return grown;
 }
 
-// Native._profile(allocs, min_age, extra_comments) -> gzipped pprof String. extra_comments: nil or a
-// String of more comment lines (the memory breakdown, lib/heapscope/memory.rb), copied in as is.
-static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra_comments) {
+// Native._profile(allocs, min_age, extra_comments, census) -> gzipped pprof String. extra_comments: nil
+// or a String of more comment lines (the memory breakdown, lib/heapscope/memory.rb), copied in as is.
+// census: true to count the live heap exactly first (census.h), bounding samples and adding its lines.
+static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra_comments, VALUE with_census) {
   (void)self;
   settle();
   if (!capture_running()) raise_not_running();
@@ -312,17 +316,35 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra
     rb_raise(rb_eNoMemError, "heapscope: not enough memory to name frames");
   }
   encode_job job = {0};
+  // The census walks the heap after the names (which allocate) and before the snapshot (which does
+  // not), so no GC runs between the exact totals and the samples they bound.
+  census exact;
+  bool have_census = false;
+  if (RTEST(with_census)) {
+    const capture_config *config = capture_current_config();
+    have_census = census_take(&exact, recorder_strings(capture_recorder()),
+                              config->recorder.track_sizes ? 0 : config->recorder.slot_size);
+    last_census_nanos = have_census ? exact.nanos : 0;
+  }
   capture_prepare_snapshot();
   recorder_estimate estimate;
   capture_estimate(&estimate);
   job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), capture_labels(), RTEST(allocs), age, &estimate);
   if (job.snapshot == NULL) {
     free(extra);
+    if (have_census) census_free(&exact);
     rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
+  }
+  char *census_text = NULL;
+  if (have_census) {
+    census_bound_samples(&exact, job.snapshot);
+    census_text = census_comments(&exact, job.snapshot, job.snapshot->strings, CENSUS_OTHER_CLASSES);
+    census_free(&exact);
   }
   capture_check_invariants();
   if (settle_failure()) {
     free(extra);
+    free(census_text);
     snapshot_free(job.snapshot);
     raise_not_running();
   }
@@ -332,6 +354,8 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra
   job.snapshot->duration_nanos = (int64_t)(now - started_at_nanos);
   job.snapshot->comments = append_comments(profile_comments(age, job.snapshot), extra, extra_len);
   free(extra);
+  if (census_text != NULL) job.snapshot->comments = append_comments(job.snapshot->comments, census_text, strlen(census_text));
+  free(census_text);
   uint64_t encode_started = monotonic_nanos();
   last_profile_gvl_nanos = encode_started - gvl_started;
   rb_thread_call_without_gvl(encode_without_gvl, &job, NULL, NULL);
@@ -463,6 +487,7 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "gc_runs_missed", cs.gc_end_marks_missed);
   set_u64(h, "last_profile_gvl_ns", last_profile_gvl_nanos);
   set_u64(h, "last_profile_encode_ns", last_profile_encode_nanos);
+  set_u64(h, "last_census_ns", last_census_nanos);
   set_u64(h, "record_bytes", rs.record_bytes);
   set_u64(h, "stack_table_bytes", rs.stack_table_bytes);
   set_u64(h, "recorder_bytes", rs.memory_bytes + capture_memory());
@@ -555,7 +580,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mNative, "_running?", native_running_p, 0);
   rb_define_singleton_method(mNative, "_exclude_thread", native_exclude_thread, 1);
   rb_define_singleton_method(mNative, "_include_thread", native_include_thread, 1);
-  rb_define_singleton_method(mNative, "_profile", native_profile, 3);
+  rb_define_singleton_method(mNative, "_profile", native_profile, 4);
   rb_define_singleton_method(mNative, "_malloc_stats", native_malloc_stats, 0);
   retainers_define(mNative);
   dirhandle_define(mNative);
