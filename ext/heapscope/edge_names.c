@@ -221,10 +221,12 @@ static VALUE read_struct_members(VALUE data) {
   return Qnil;
 }
 
+// ($! is put back as it was: a walk run from a rescue clause must not clear the application's.)
 static void read_struct(reader *r) {
+  VALUE errinfo = rb_errinfo();
   int state = 0;
   rb_protect(read_struct_members, (VALUE)r, &state);
-  if (state) rb_set_errinfo(Qnil);
+  if (state) rb_set_errinfo(errinfo);
 }
 
 // A module's constants, autoloads left alone (rb_autoload_p says which; reading one would load it).
@@ -243,12 +245,12 @@ static VALUE read_constant_list(VALUE data) {
 // Reading a deprecated constant warns through Warning.warn (a method the application may define):
 // ruby_verbose is nil meanwhile, which silences it.
 static void read_constants(reader *r) {
-  VALUE verbose = ruby_verbose;
+  VALUE verbose = ruby_verbose, errinfo = rb_errinfo();
   ruby_verbose = Qnil;
   int state = 0;
   rb_protect(read_constant_list, (VALUE)r, &state);
   ruby_verbose = verbose;
-  if (state) rb_set_errinfo(Qnil); // (none expected: the constants left then stay unnamed)
+  if (state) rb_set_errinfo(errinfo); // (none expected: the constants left then stay unnamed)
 }
 
 static void read_parent(edge_names *en, size_t p) {

@@ -54,10 +54,11 @@ static VALUE call_count(VALUE unused) {
 }
 
 long ractors_count(void) {
+  VALUE errinfo = rb_errinfo(); // put back on failure: the caller may be inside a rescue clause
   int state = 0;
   VALUE count = rb_protect(call_count, Qnil, &state);
   if (state) {
-    rb_set_errinfo(Qnil);
+    rb_set_errinfo(errinfo);
     return 1;
   }
   return FIXNUM_P(count) ? FIX2LONG(count) : 1;

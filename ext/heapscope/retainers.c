@@ -424,6 +424,12 @@ static VALUE finish_walk(VALUE arg) {
   free(job->w.deferred);
   free(job->w.stack_holders);
   edge_names_free(job->names);
+  free(job->path_chains);
+  free(job->path_lengths);
+  free(job->path_cuts);
+  job->path_chains = NULL;
+  job->path_lengths = NULL;
+  job->path_cuts = NULL;
   return Qnil;
 }
 

@@ -132,9 +132,10 @@ static bool between_parents(void *data) {
 const char *retainers_build_paths(retainers_job *job, VALUE paths) {
   walk *w = &job->w;
   size_t found = 0;
-  uint32_t(*chains)[MAX_HOPS] = malloc((w->target_count ? w->target_count : 1) * sizeof(*chains));
-  int *lengths = malloc((w->target_count ? w->target_count : 1) * sizeof(int));
-  bool *cuts = malloc((w->target_count ? w->target_count : 1) * sizeof(bool));
+  // Owned by the job: finish_walk frees them, whether this returns or raises.
+  uint32_t(*chains)[MAX_HOPS] = job->path_chains = malloc((w->target_count ? w->target_count : 1) * sizeof(*chains));
+  int *lengths = job->path_lengths = malloc((w->target_count ? w->target_count : 1) * sizeof(int));
+  bool *cuts = job->path_cuts = malloc((w->target_count ? w->target_count : 1) * sizeof(bool));
   job->names = edge_names_new();
   const char *cut_short = NULL;
   if (chains == NULL || lengths == NULL || cuts == NULL || job->names == NULL) {
@@ -151,9 +152,6 @@ const char *retainers_build_paths(retainers_job *job, VALUE paths) {
     // From here on nothing lets other threads run: the paths are read as the names were.
     for (size_t p = 0; p < found; p++) rb_ary_push(paths, path_of(w, job->names, chains[p], lengths[p], cuts[p]));
   }
-  free(chains);
-  free(lengths);
-  free(cuts);
   return cut_short;
 }
 #endif

@@ -84,6 +84,11 @@ typedef struct {
   size_t slices;
   VALUE result;
   bool gc_was_disabled;
+  // retainers_build_paths's tables, one entry per target; kept here so finish_walk frees them when
+  // building the paths raises (an interrupt between parents, NoMemoryError from a path's Array).
+  uint32_t (*path_chains)[MAX_HOPS];
+  int *path_lengths;
+  bool *path_cuts;
 } retainers_job;
 
 // The node number + 1 of obj if the walk reached it, else 0.
