@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "heapscope/report/census"
+
 module Heapscope
   # Memory: where the process's resident memory went, beside every heap profile. A profile says
   # which lines allocated the Ruby objects still alive; this says how much of RSS those objects are,
@@ -84,7 +86,9 @@ module Heapscope
       #   unexplained_in_malloc      malloc_in_use - profiled_malloc: C extensions' and libraries' malloc,
       #                              objects younger than min_age and the VM's own, malloc's chunk overhead
       #   unexplained_outside_malloc rss_anon - ruby_heap - malloc_held: thread stacks, other mmaps and allocators
-      def breakdown(figures, profiled: nil, profiled_objects: nil)
+      #   profiled_exact             1 when profiled comes from the profile's census (every live object,
+      #                              counted), 0 when it is the profile's estimate
+      def breakdown(figures, profiled: nil, profiled_objects: nil, exact: false)
         ruby_heap = figures[:heap_pages] && figures[:heap_page_size] && figures[:heap_pages] * figures[:heap_page_size]
         held = figures[:malloc_arena] && figures[:malloc_mmapped] && figures[:malloc_arena] + figures[:malloc_mmapped]
         slots = profiled_objects && figures[:slot_size] && profiled_objects * figures[:slot_size]
@@ -97,15 +101,22 @@ module Heapscope
           rss: figures[:rss], rss_anon: figures[:rss_anon], rss_file: figures[:rss_file], ruby_heap: ruby_heap,
           heap_live_slots: figures[:heap_live_slots], heap_free_slots: figures[:heap_free_slots],
           malloc_held: held, malloc_in_use: figures[:malloc_in_use], malloc_free: figures[:malloc_free],
-          ruby_malloc_increase: figures[:ruby_malloc_increase], profiled: profiled, profiled_malloc: profiled_malloc,
+          ruby_malloc_increase: figures[:ruby_malloc_increase], profiled: profiled, profiled_exact: exact ? 1 : 0,
+          profiled_malloc: profiled_malloc,
           unexplained: unexplained, unexplained_in_malloc: in_malloc, unexplained_outside_malloc: outside_malloc
         }
       end
 
       # The breakdown of a decoded profile (Heapscope::Pprof::Profile) from its inuse totals and
-      # figures: by default its own memory comment's; nil when there are none.
+      # figures: by default its own memory comment's; nil when there are none. A profile with a census
+      # (Report::Census) gives its exact totals instead of the sampled estimates: every live object of
+      # every age, so young objects no longer hide in "unexplained".
       def of_profile(prof, figures = from_comments(prof.comments))
         return nil unless figures
+
+        if (census = Report::Census.of(prof))
+          return breakdown(figures, profiled: census.bytes, profiled_objects: census.objects, exact: true)
+        end
 
         space = prof.sample_index("inuse_space")
         objects = prof.sample_index("inuse_objects")
@@ -121,7 +132,8 @@ module Heapscope
                  "#{fmt.call(parts[:rss_file])}: code and mapped files)"
         lines << "  Ruby object heap  #{fmt.call(parts[:ruby_heap])} (slots: #{parts[:heap_live_slots]} live, " \
                  "#{parts[:heap_free_slots]} free)"
-        lines << "  profiled objects  #{fmt.call(parts[:profiled])} (this profile's inuse_space, estimated; " \
+        exact = parts[:profiled_exact] == 1
+        lines << "  profiled objects  #{fmt.call(parts[:profiled])} (#{exact ? "all live objects, exact (census)" : "this profile's inuse_space, estimated"}; " \
                  "#{fmt.call(parts[:profiled_malloc])} of it malloc'd beyond their slots)"
         if parts[:malloc_held]
           lines << "  malloc (glibc)    #{fmt.call(parts[:malloc_held])} held: #{fmt.call(parts[:malloc_in_use])} in use, " \
@@ -132,8 +144,9 @@ module Heapscope
         lines << "  unexplained       #{fmt.call(parts[:unexplained])} (anonymous RSS - object heap - profiled " \
                  "objects' malloc'd bytes - malloc's free bytes)"
         if parts[:unexplained_in_malloc]
+          young = exact ? "" : "young and "
           lines << "    in malloc       #{fmt.call(parts[:unexplained_in_malloc])} (C extensions' and libraries' " \
-                   "malloc, young and VM-internal objects, malloc's chunk overhead)"
+                   "malloc, #{young}VM-internal objects, malloc's chunk overhead)"
         end
         if parts[:unexplained_outside_malloc]
           lines << "    outside malloc  #{fmt.call(parts[:unexplained_outside_malloc])} (thread stacks, other mmaps, " \

@@ -78,13 +78,21 @@ module Heapscope
         add_label_views(data, [prof], labels, ti)
         sampling = Sampling.new(prof)
         FlamegraphPage.render(
-          data, title: "heapscope flame graph: #{File.basename(path)}",
+          data, census: census_data(whole, ti), title: "heapscope flame graph: #{File.basename(path)}",
                 meta: "#{path}; #{prof.samples.size} samples; #{sampling.describe}#{time_note(prof)}" \
                       "#{labels_note(data, labels)}",
                 help: "Width is the value of the chosen sample type for a call path (a frame and everything it " \
                       "called). Hover for details, click a frame to zoom, Escape to reset. Frames under " \
                       "#{PRUNE * 100}% of the total are folded into their caller.#{capped_note(data)}"
         )
+      end
+
+      # The census rows for the page (of the whole profile, whatever --label selects): of the type shown
+      # when it is an inuse one, else of inuse_space; nil without a census.
+      def self.census_data(prof, ti)
+        census = Census.of(prof) or return nil
+        ti = prof.sample_index("inuse_space") || prof.sample_index("inuse_objects") unless Census.column(prof.sample_types[ti][0])
+        ti && census.report(prof, ti)
       end
 
       # The help's note when MAX_NODES cut the tree.

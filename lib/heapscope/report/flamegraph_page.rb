@@ -3,6 +3,7 @@
 require "json"
 require "erb"
 require "heapscope/report/escape"
+require "heapscope/report/census"
 
 module Heapscope
   module Report
@@ -40,6 +41,10 @@ module Heapscope
         #hs-top th, #hs-top td { padding: 2px 10px; text-align: right; border-bottom: 1px solid #eee; }
         #hs-top td.n, #hs-top th.n { text-align: left; font-family: ui-monospace, Menlo, Consolas, monospace; }
         .hs-help { color: #666; margin: 6px 14px 14px; }
+        #hs-census { margin: 14px; border-collapse: collapse; }
+        #hs-census th, #hs-census td { padding: 2px 10px; text-align: right; border-bottom: 1px solid #eee; }
+        #hs-census td.n, #hs-census th.n { text-align: left; font-family: ui-monospace, Menlo, Consolas, monospace; }
+        #hs-census td.over { color: #a33; }
       CSS
 
       JS = <<~'JS'
@@ -348,6 +353,7 @@ module Heapscope
         <div id="hs-tip"></div>
         <p class="hs-help"><%= help %></p>
         <table id="hs-top"></table>
+        <%= census %>
         <script type="application/json" id="hs-data"><%= json %></script>
         <script><%= js %></script>
         </body>
@@ -357,13 +363,41 @@ module Heapscope
       module_function
 
       # Returns the page for data (a Hash, see above).
-      def render(data, title:, meta:, help:)
+      # census: the census rows (Census#report) of the profile's inuse_space, or nil.
+      def render(data, title:, meta:, help:, census: nil)
         # The JSON sits inside a <script> element, where the HTML parser still looks for "</script",
         # "<!--" and "<script" (a frame named "<!--<script>" would swallow the rest of the page):
         # Escape.script_json writes <, >, & and U+2028/2029 as \uXXXX, the same string to JSON.parse.
         json = Escape.script_json(data)
         esc = ->(s) { ERB::Util.html_escape(Escape.scrub(s)) }
-        TEMPLATE.result_with_hash(title: esc[title], meta: esc[meta], help: esc[help], json: json, css: CSS, js: JS)
+        TEMPLATE.result_with_hash(title: esc[title], meta: esc[meta], help: esc[help], json: json, css: CSS, js: JS,
+                                  census: census_table(census, esc))
+      end
+
+      # The census's rows as a static table (no script: the page's sample type selector does not change
+      # them, they are of inuse_space or inuse_objects as the caption says). Errors are one standard
+      # error, as in the text reports.
+      def census_table(data, esc)
+        return "" unless data
+
+        unit = data["unit"]
+        caption = "Exact totals (census, #{format("%.1f", data["seconds"] * 1000)} ms): #{Census.delimit(data["objects"])} " \
+                  "objects, #{Units.bytes(data["bytes"])} in #{Census.delimit(data["classes"])} classes"
+        return "<table id=\"hs-census\"><caption style=\"text-align:left\">#{esc[caption]}; #{esc[data["note"]]}</caption></table>" if data["note"]
+
+        row = lambda do |r, name|
+          over = r["not_seen"].negative?
+          rest = Census.cells(r, unit, name)[3]
+          "<tr><td class=\"n\">#{esc[name]}</td><td>#{esc[Units.format(r["exact"], unit)]}</td>" \
+            "<td>#{esc[Units.format(r["at_sites"], unit)]}</td><td#{over ? " class=\"over\"" : ""}>#{esc[rest]}</td></tr>"
+        end
+        other = data["other"]
+        body = data["rows"].map { |r| row.call(r, r["name"]) }
+        body << row.call(other, other["count"] ? "#{Census::OTHER} (#{Census.delimit(other["count"])})" : Census::OTHER)
+        types = data["types"].map { |r| row.call(r, r["name"]) }
+        head = ->(first) { "<tr><th class=\"n\">#{first}</th><th>exact</th><th>at sites</th><th>not seen at any site (± standard error)</th></tr>" }
+        "<table id=\"hs-census\"><caption style=\"text-align:left\">#{esc[caption]}; #{esc[data["sample_type"]]}</caption>" \
+          "#{head.call("class")}#{body.join}#{head.call("type")}#{types.join}</table>"
       end
     end
   end

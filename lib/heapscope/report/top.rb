@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "heapscope/report/command"
+require "heapscope/report/census"
 
 module Heapscope
   module Report
@@ -68,14 +69,22 @@ module Heapscope
         entries = shown
         total = whole.samples.sum { |s| s.values[ti] }
         sort = cum ? :cum : :flat
-        entries.sort_by! { |e| [-e.send(sort)[ti], e.name] }
+        # With a census, no site reads above its classes' exact totals (Census#excess): rows are bounded,
+        # then ranked, so a phantom never leads the table.
+        census = Census.of(whole)
+        excess = census ? census.excess(prof, by, ti) : {}
+        value = ->(e, kind) { e.send(kind)[ti] - (excess.dig(e.key, kind) || 0) }
+        entries.sort_by! { |e| [-value.call(e, sort), e.name] }
         sum = 0
         rows = entries.first(n).map do |e|
-          sum += e.flat[ti]
+          flat = value.call(e, :flat)
+          sum += flat
+          bound = excess[e.key]
           {
             "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
-            "flat" => e.flat[ti], "flat_percent" => pct(e.flat[ti], total), "sum_percent" => pct(sum, total),
-            "cum" => e.cum[ti], "cum_percent" => pct(e.cum[ti], total),
+            "flat" => flat, "flat_percent" => pct(flat, total), "sum_percent" => pct(sum, total),
+            "cum" => value.call(e, :cum), "cum_percent" => pct(value.call(e, :cum), total),
+            "bounded_by" => bound && bound[:classes], "estimate" => bound && e.send(sort)[ti],
             "objects" => objects_i && e.send(sort)[objects_i],
             "samples" => sampling.samples(e.send(sort), ti)&.round(1),
             "relative_error" => Units.significant(sampling.relative_error(e.send(sort), ti)),
@@ -87,6 +96,7 @@ module Heapscope
           "memory" => memory(whole), "entries_total" => entries.size, "hidden_zero" => hidden, "entries" => rows,
           "labels" => Labels.summary([whole]), "label_filter" => Labels.filter_json(labels || []),
           "selected_total" => prof.samples.sum { |s| s.values[ti] },
+          "census" => census&.report(whole, ti, sampling: Sampling.new(whole)),
         }
       end
 
@@ -116,15 +126,27 @@ module Heapscope
         if data["memory"]
           lines.concat(Memory.report_lines(data["memory"].transform_keys(&:to_sym), size: ->(bytes) { Units.bytes(bytes) }))
         end
+        lines.concat(Census.text(data["census"]))
         rows = [%w[flat flat% sum% cum cum% error site]]
+        notes = []
         data["entries"].each do |e|
-          rows << [Units.format(e["flat"], unit), fmt_pct(e["flat_percent"]), fmt_pct(e["sum_percent"]),
-                   Units.format(e["cum"], unit), fmt_pct(e["cum_percent"]), e[data["sort"]].zero? ? "-" : Units.error(e["relative_error"]), e["name"]]
+          mark = e["bounded_by"] ? "≤" : ""
+          rows << ["#{mark}#{Units.format(e["flat"], unit)}", fmt_pct(e["flat_percent"]), fmt_pct(e["sum_percent"]),
+                   "#{mark}#{Units.format(e["cum"], unit)}", fmt_pct(e["cum_percent"]), e[data["sort"]].zero? ? "-" : Units.error(e["relative_error"]), e["name"]]
+          notes << bound_note(e, unit, data["sort"]) if e["bounded_by"]
         end
         lines.concat(Report.table(rows))
         lines << "(no samples)" if data["entries"].empty?
+        lines.concat(notes)
         # Names come from the profile: no control character of theirs reaches the terminal.
         lines.map { |l| Escape.terminal(l) }.join("\n")
+      end
+
+      # The footnote of a row bounded by its classes' exact totals (the error column is the estimate's).
+      def self.bound_note(entry, unit, sort)
+        names = entry["bounded_by"]
+        whose = names.size == 1 ? "#{names[0]}'s exact total" : "the exact totals of #{names.join(", ")}"
+        "≤ #{entry["name"]}: bounded by #{whose} (census); the #{sort} estimate was #{Units.format(entry["estimate"], unit)}"
       end
 
       def self.pct(part, total)

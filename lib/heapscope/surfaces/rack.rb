@@ -6,6 +6,7 @@ require "heapscope/internal"
 require "heapscope/pprof"
 require "heapscope/report/sampling"
 require "heapscope/report/sites"
+require "heapscope/report/census"
 require "heapscope/memory"
 require "heapscope/surfaces/rack_labels"
 

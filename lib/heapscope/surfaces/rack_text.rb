@@ -140,7 +140,12 @@ module Heapscope
         end
         total_space = rows.values.sum { |v| v[space].to_i }
         total_count = rows.values.sum { |v| v[count].to_i }
-        ranked = rows.sort_by { |(site, klass), v| [-v[space], -v[count], site, klass] }
+        # With a census (Report::Census), a row (one class at one site) never reads above its class's
+        # exact total: bounded before ranking, and said so under the table.
+        census = Report::Census.of(prof)
+        space_name = prof.sample_types[space]&.first
+        bound = ->(klass, v) { [v[space], census&.exact(klass, space_name)].compact.min }
+        ranked = rows.sort_by { |(site, klass), v| [-bound.call(klass, v), -v[count], site, klass] }
         limit ||= ROW_LIMIT
         out = +"heapscope #{type} profile, pid #{Process.pid}, #{Time.now.utc.strftime("%Y-%m-%dT%H:%M:%SZ")}\n"
         out << "# #{kind}_space #{human(total_space)} in #{total_count} #{kind}_objects (estimates scaled from samples)\n"
@@ -149,16 +154,28 @@ module Heapscope
         if (parts = Heapscope::Memory.of_profile(prof))
           Heapscope::Memory.report_lines(parts, size: ->(b) { human(b) }).each { |line| out << "# #{line}\n" }
         end
-        prof.comments.each { |c| out << "# #{c}\n" }
+        if census && kind == "inuse"
+          Report::Census.text(census.report(prof, space, sampling: sampling)).each { |line| out << "# #{line}\n" }
+        end
+        # The census's own lines are the rows above; a profile may carry thousands of them.
+        prof.comments.each { |c| out << "# #{c}\n" unless census && c.start_with?(Report::Census::PREFIX) }
         surfaces.each { |line| out << "# #{line}\n" }
         out << format("%12s %7s %7s %12s  %-24s %s\n", "#{kind}_space", "error", "%", "objects", "class", "allocation site")
+        notes = []
         ranked.first(limit).each do |(site, klass), v|
-          share = total_space.zero? ? 0.0 : 100.0 * v[space] / total_space
+          value = bound.call(klass, v)
+          share = total_space.zero? ? 0.0 : 100.0 * value / total_space
           error = v[space].zero? ? "-" : Report::Units.error(sampling.relative_error(v, space))
-          out << format("%12s %7s %6.2f%% %12d  %-24s %s\n", human(v[space].to_i), error, share, v[count].to_i,
+          shown = human(value.to_i)
+          if value < v[space]
+            shown = "≤#{shown}"
+            notes << "# ≤ #{site} (#{klass}): bounded by #{klass}'s exact total (census); the estimate was #{human(v[space].to_i)}\n"
+          end
+          out << format("%12s %7s %6.2f%% %12d  %-24s %s\n", shown, error, share, v[count].to_i,
                         klass.empty? ? "-" : klass, site)
         end
         out << "# ... #{ranked.size - limit} more sites\n" if ranked.size > limit
+        notes.each { |n| out << n }
         out
       end
 
