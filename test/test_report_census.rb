@@ -114,6 +114,28 @@ class TestReportCensus < Minitest::Test
     assert_in_delta string["relative_error"] * string["flat"], census["error"], 1e-3 * census["error"]
   end
 
+  def test_with_variance_groups_a_class_sums_its_groups_not_its_sites_variances
+    # The worked example of test_report_variance_groups: two samples made in the same windows, parts of
+    # 100 objects in even groups and 60 in odd ones each; here both are String, at two lines. As one
+    # site their summed groups give an error of 177.7 objects; adding the two sites' own variances
+    # would give sqrt(2) x 88.9 = 125.7, too small: they are correlated.
+    parts = (0...16).to_h { |g| ["inuse_objects_vg#{g}", g.even? ? 100 : 60] }
+    prof = heapscope_profile([], sample_every: 100)
+    prof.comments.push(format(SETTINGS, 0),
+                       "sampling=windowed share=0.04 sample_every=100 current_sample_every=100 rate_lowered=false " \
+                       "windows=400 hook_on_share=0.04 allocations=400000 skipped_own=0 variance=groups",
+                       "variance_groups=16 group_allocations=#{Array.new(16, 1000).join(",")}",
+                       "heapscope census: seconds=0.001 objects=5000 bytes=500000 classes=1 classes_listed=1 bounded_samples=0 min_age=0",
+                       "heapscope census type: objects=5000 bytes=500000 name=T_STRING",
+                       "heapscope census class: objects=5000 bytes=500000 type=T_STRING name=String")
+    [A, B].each { |f| prof.add_sample(frames: f, values: [0, 0, 640, 64_000], labels: parts.merge("class" => "String")) }
+    data = Census.of(prof).report(prof, prof.sample_index("inuse_objects"))
+    string = data["rows"][0]
+    assert_equal [5000, 1280, 3720], string.values_at("exact", "at_sites", "not_seen")
+    assert_in_delta 177.7, string["error"], 0.3
+    assert_in_delta 177.7, data["types"][0]["error"], 0.3, "the type's sites are the same samples"
+  end
+
   def test_top_prints_the_rows_and_the_negative_remainder_in_words
     status, out, err = run_cli("top", write("c.pb.gz", example))
     assert_equal 0, status, err
@@ -133,13 +155,15 @@ class TestReportCensus < Minitest::Test
     data = Top.report(prof, sample: "inuse_space")
     rows = data["entries"].to_h { |e| [e["name"], e] }
     b = rows.fetch("Worker#spawn app/worker.rb:7")
-    assert_equal [1 * MIB, ["Thread"], 1536 * 1024], b.values_at("flat", "bounded_by", "estimate")
+    assert_equal [1 * MIB, ["Thread"], 1536 * 1024], b.values_at("flat", "bounded_by", "flat_estimate")
     a = rows.fetch("Cache#store app/cache.rb:12")
     assert_equal 6 * MIB, a["flat"], "String's 5 MiB plus Thread's part bounded at 1 MiB"
-    assert_equal 1 * MIB, rows.fetch("main app/main.rb:4")["cum"], "cum is bounded too"
+    main = rows.fetch("main app/main.rb:4")
+    assert_equal [0, 1 * MIB, nil, 1536 * 1024], main.values_at("flat", "cum", "flat_estimate", "cum_estimate"), "cum is bounded too"
     text = Top.text(data)
     assert_match(/^≤1\.0 MiB .* Worker#spawn app\/worker\.rb:7$/, text)
-    assert_includes text, "≤ Worker#spawn app/worker.rb:7: bounded by Thread's exact total (census); the flat estimate was 1.5 MiB"
+    assert_match(/^ +0 B .* ≤1\.0 MiB .* main app\/main\.rb:4$/, text, "only the bounded column is marked")
+    assert_includes text, "≤ Worker#spawn app/worker.rb:7: bounded by Thread's exact total (census); the estimate was flat 1.5 MiB, cum 1.5 MiB"
     # By class: the row itself.
     by_class = Top.report(prof, by: "class", sample: "inuse_space")["entries"].to_h { |e| [e["name"], e] }
     assert_equal 1 * MIB, by_class["Thread"]["flat"]

@@ -209,8 +209,8 @@ module Heapscope
         unit = data["unit"]
         lines = ["exact totals (census, #{format("%.1f", data["seconds"] * 1000)} ms): #{delimit(data["objects"])} objects, " \
                  "#{Units.bytes(data["bytes"])} in #{delimit(data["classes"])} classes" \
-                 "#{data["bounded_samples"].positive? ? "; #{data["bounded_samples"]} samples bounded by their class's total" : ""}" \
-                 "#{data["ignored_lines"].positive? ? "; #{data["ignored_lines"]} malformed census lines ignored" : ""}"]
+                 "#{data["bounded_samples"].positive? ? "; #{plural(data["bounded_samples"], "sample")} capped at their class's exact total when written" : ""}" \
+                 "#{data["ignored_lines"].positive? ? "; #{plural(data["ignored_lines"], "malformed census line")} ignored" : ""}"]
         if data["note"]
           lines << "  #{data["note"]}"
           return lines
@@ -244,6 +244,10 @@ module Heapscope
             "#{Units.format(r["not_seen"], unit)} #{Units.abs_error(r["error"], unit)}"
           end
         [name, Units.format(r["exact"], unit), Units.format(r["at_sites"], unit), not_seen]
+      end
+
+      def self.plural(n, word)
+        "#{delimit(n)} #{word}#{n == 1 ? "" : "s"}"
       end
 
       # 123456 -> "123,456".

@@ -72,7 +72,10 @@ module Heapscope
         # With a census, no site reads above its classes' exact totals (Census#excess): rows are bounded,
         # then ranked, so a phantom never leads the table.
         census = Census.of(whole)
-        excess = census ? census.excess(prof, by, ti) : {}
+        # The whole profile's sums per class, read once: they find the classes over their totals (a
+        # selection's are no larger) and make the census rows.
+        at_sites = census && Census.at_sites(whole)
+        excess = census ? census.excess(prof, by, ti, at_sites: at_sites) : {}
         value = ->(e, kind) { e.send(kind)[ti] - (excess.dig(e.key, kind) || 0) }
         entries.sort_by! { |e| [-value.call(e, sort), e.name] }
         sum = 0
@@ -84,7 +87,10 @@ module Heapscope
             "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
             "flat" => flat, "flat_percent" => pct(flat, total), "sum_percent" => pct(sum, total),
             "cum" => value.call(e, :cum), "cum_percent" => pct(value.call(e, :cum), total),
-            "bounded_by" => bound && bound[:classes], "estimate" => bound && e.send(sort)[ti],
+            # The classes that bounded the row, and the estimates before (nil where nothing was bounded).
+            "bounded_by" => bound && bound[:classes],
+            "flat_estimate" => bound && bound[:flat].positive? ? e.flat[ti] : nil,
+            "cum_estimate" => bound && bound[:cum].positive? ? e.cum[ti] : nil,
             "objects" => objects_i && e.send(sort)[objects_i],
             "samples" => sampling.samples(e.send(sort), ti)&.round(1),
             "relative_error" => Units.significant(sampling.relative_error(e.send(sort), ti)),
@@ -96,7 +102,7 @@ module Heapscope
           "memory" => memory(whole), "entries_total" => entries.size, "hidden_zero" => hidden, "entries" => rows,
           "labels" => Labels.summary([whole]), "label_filter" => Labels.filter_json(labels || []),
           "selected_total" => prof.samples.sum { |s| s.values[ti] },
-          "census" => census&.report(whole, ti, sampling: Sampling.new(whole)),
+          "census" => census&.report(whole, ti, sampling: Sampling.new(whole), at_sites: at_sites),
         }
       end
 
@@ -130,10 +136,11 @@ module Heapscope
         rows = [%w[flat flat% sum% cum cum% error site]]
         notes = []
         data["entries"].each do |e|
-          mark = e["bounded_by"] ? "≤" : ""
-          rows << ["#{mark}#{Units.format(e["flat"], unit)}", fmt_pct(e["flat_percent"]), fmt_pct(e["sum_percent"]),
-                   "#{mark}#{Units.format(e["cum"], unit)}", fmt_pct(e["cum_percent"]), e[data["sort"]].zero? ? "-" : Units.error(e["relative_error"]), e["name"]]
-          notes << bound_note(e, unit, data["sort"]) if e["bounded_by"]
+          flat_mark = e["flat_estimate"] ? "≤" : ""
+          cum_mark = e["cum_estimate"] ? "≤" : ""
+          rows << ["#{flat_mark}#{Units.format(e["flat"], unit)}", fmt_pct(e["flat_percent"]), fmt_pct(e["sum_percent"]),
+                   "#{cum_mark}#{Units.format(e["cum"], unit)}", fmt_pct(e["cum_percent"]), e[data["sort"]].zero? ? "-" : Units.error(e["relative_error"]), e["name"]]
+          notes << bound_note(e, unit) if e["bounded_by"]
         end
         lines.concat(Report.table(rows))
         lines << "(no samples)" if data["entries"].empty?
@@ -143,10 +150,11 @@ module Heapscope
       end
 
       # The footnote of a row bounded by its classes' exact totals (the error column is the estimate's).
-      def self.bound_note(entry, unit, sort)
+      def self.bound_note(entry, unit)
         names = entry["bounded_by"]
         whose = names.size == 1 ? "#{names[0]}'s exact total" : "the exact totals of #{names.join(", ")}"
-        "≤ #{entry["name"]}: bounded by #{whose} (census); the #{sort} estimate was #{Units.format(entry["estimate"], unit)}"
+        was = %w[flat cum].filter_map { |k| "#{k} #{Units.format(entry["#{k}_estimate"], unit)}" if entry["#{k}_estimate"] }
+        "≤ #{entry["name"]}: bounded by #{whose} (census); the estimate was #{was.join(", ")}"
       end
 
       def self.pct(part, total)
