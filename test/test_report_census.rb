@@ -81,6 +81,32 @@ class TestReportCensus < Minitest::Test
     assert_equal 0, c.ignored
   end
 
+  def test_reads_the_header_as_ext_heapscope_census_c_writes_it
+    # The C writer leaves min_age out of the header (the census covers every age); these lines are
+    # from a real profile (docs/reading-profiles.md).
+    c = Census.parse(["heapscope census: seconds=0.002326 objects=56350 bytes=7396125 classes=79 classes_listed=36 bounded_samples=1",
+                      "heapscope census type: objects=2189 bytes=197792 name=T_OBJECT",
+                      "heapscope census class: objects=40405 bytes=2966639 type=T_STRING name=String",
+                      "heapscope census class: objects=2 bytes=1049424 type=T_DATA name=Thread"])
+    refute_nil c
+    assert_equal [56_350, 7_396_125, 1, 0], [c.objects, c.bytes, c.bounded_samples, c.min_age]
+    assert_equal ["T_DATA", 2, 1_049_424], c.class_totals["Thread"]
+  end
+
+  def test_samples_of_classes_the_census_does_not_list_count_under_other_classes
+    prof = profile([[A, 5000, 5 * MIB, (1 * MIB)**2, "String"], [C, 10, 300_000, 100_000**2, "Unlisted"],
+                    [C, 10, 200_000, 100_000**2, nil]].map { |r| r[4].nil? ? r[0..3] + ["x"] : r })
+    prof.samples.last.labels.delete("class")
+    data = Top.report(prof, sample: "inuse_space")
+    other = data["census"]["other"]
+    assert_equal 500_000, other["at_sites"], "the unlisted class and the sample without a class label"
+    assert_equal 32 * MIB - 8 * MIB - 2 * MIB - 1 * MIB - 700, other["exact"]
+    assert_in_delta Math.sqrt(2) * 100_000, other["error"], 1
+    status, out, err = run_cli("top", write("j.pb.gz", prof), "--json")
+    assert_equal 0, status, err
+    assert_equal other["at_sites"], JSON.parse(out)["census"]["other"]["at_sites"]
+  end
+
   def test_rows_add_up_and_carry_the_error_of_the_class_as_one_site
     prof = example
     data = Census.of(prof).report(prof, prof.sample_index("inuse_space"))

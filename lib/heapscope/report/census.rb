@@ -22,7 +22,7 @@ module Heapscope
     # ignored. Profiles without a census (older ones, Go's, deltas) give nil and every report reads as before.
     class Census
       PREFIX = "heapscope census"
-      HEADER = /\Aheapscope census: seconds=(\d{1,20}(?:\.\d{1,20})?) objects=(\d{1,20}) bytes=(\d{1,20}) classes=(\d{1,20}) classes_listed=(\d{1,20}) bounded_samples=(\d{1,20}) min_age=(\d{1,20})\z/.freeze
+      HEADER = /\Aheapscope census: seconds=(\d{1,20}(?:\.\d{1,20})?) objects=(\d{1,20}) bytes=(\d{1,20}) classes=(\d{1,20}) classes_listed=(\d{1,20}) bounded_samples=(\d{1,20})(?: min_age=(\d{1,20}))?\z/.freeze
       TYPE = /\Aheapscope census type: objects=(\d{1,20}) bytes=(\d{1,20}) name=(T_[A-Z_]{1,24})\z/.freeze
       CLASS = /\Aheapscope census class: objects=(\d{1,20}) bytes=(\d{1,20}) type=(T_[A-Z_]{1,24}) name=(.+)\z/.freeze
       # The profile's own min_age, in its settings line ("... max_frames=N min_age=N ..."), not the census's.
@@ -89,7 +89,8 @@ module Heapscope
         return false unless header
 
         @seconds = header[1].to_f
-        @objects, @bytes, @classes, @classes_listed, @bounded_samples, @min_age = header[2..7].map(&:to_i)
+        @objects, @bytes, @classes, @classes_listed, @bounded_samples = header[2..6].map(&:to_i)
+        @min_age = header[7].to_i
         # Listed classes beyond the totals: the lines contradict each other and no row could add up.
         @class_totals.values.sum { |t| t[1] } <= @objects && @class_totals.values.sum { |t| t[2] } <= @bytes
       end
@@ -209,7 +210,7 @@ module Heapscope
         unit = data["unit"]
         lines = ["exact totals (census, #{format("%.1f", data["seconds"] * 1000)} ms): #{delimit(data["objects"])} objects, " \
                  "#{Units.bytes(data["bytes"])} in #{delimit(data["classes"])} classes" \
-                 "#{data["bounded_samples"].positive? ? "; #{plural(data["bounded_samples"], "sample")} capped at their class's exact total when written" : ""}" \
+                 "#{data["bounded_samples"].positive? ? "; #{plural(data["bounded_samples"], "sample")} capped at #{data["bounded_samples"] == 1 ? "its" : "their"} class's exact total when written" : ""}" \
                  "#{data["ignored_lines"].positive? ? "; #{plural(data["ignored_lines"], "malformed census line")} ignored" : ""}"]
         if data["note"]
           lines << "  #{data["note"]}"
