@@ -158,9 +158,12 @@ module Heapscope
           "classes_listed" => @classes_listed, "bounded_samples" => @bounded_samples, "min_age" => @profile_min_age,
           "ignored_lines" => @ignored, "sample_type" => name, "unit" => unit, "total" => total(name),
         }
+        # The default min_age is 1: sites leave out objects younger than that, the census counts every
+        # age, so the young ones are part of what no site shows (exact, not an error: the row's ± is the
+        # sites' sampling error alone).
         if @profile_min_age.positive?
-          data["note"] = "exact totals cover objects of every age; min_age=#{@profile_min_age} profile: no unsampled rows"
-          return data
+          data["note"] = "sites leave out objects younger than min_age=#{@profile_min_age} GC#{@profile_min_age == 1 ? "" : "s"}; " \
+                         "the census counts every age, so \"not seen at any site\" includes them"
         end
 
         width = at_sites.empty? ? 0 : at_sites.first[1].flat.size
@@ -212,10 +215,7 @@ module Heapscope
                  "#{Units.bytes(data["bytes"])} in #{delimit(data["classes"])} classes" \
                  "#{data["bounded_samples"].positive? ? "; #{plural(data["bounded_samples"], "sample")} capped at #{data["bounded_samples"] == 1 ? "its" : "their"} class's exact total when written" : ""}" \
                  "#{data["ignored_lines"].positive? ? "; #{plural(data["ignored_lines"], "malformed census line")} ignored" : ""}"]
-        if data["note"]
-          lines << "  #{data["note"]}"
-          return lines
-        end
+        lines << "  #{data["note"]}" if data["note"]
 
         rows = [[data["sample_type"], "exact", "at sites", "not seen at any site"]]
         data["rows"].each { |r| rows << cells(r, unit, r["name"]) }
