@@ -3,6 +3,7 @@
 require_relative "core_helper"
 require "json"
 require "stringio"
+require "open3"
 require "heapscope/surfaces/rack"
 require "heapscope/surfaces/http_server"
 require "heapscope/report/cli"
@@ -134,9 +135,37 @@ class TestCoreExamples < Minitest::Test
     end
   end
 
+  # Rendering allocates: under GC.stress with compaction every allocation runs a GC that may move
+  # objects. The picked objects and the keys and classes being rendered are pinned (a moved or freed one
+  # would read garbage: ASan's run checks it), after a compaction between sampling and the call. In a
+  # child process: its small heap keeps a GC per allocation affordable.
+  STRESS_SCRIPT = <<~'RUBY'
+    require "heapscope"
+    Heapscope.start(sample_every: 1, max_overhead: nil, sampling: :always, show_contents: true)
+    Quote = Class.new { def hash = raise("hash called") }
+    keys = Array.new(3) { |i| [+"key #{i}", i] }
+    values = Array.new(3) { Quote.allocate }
+    kept = Array.new(3) { |i| { keys[i] => values[i] } } # STRESS SITE
+    GC.verify_compaction_references(toward: :empty)
+    GC.auto_compact = true
+    GC.stress = true
+    report = Heapscope.examples("-e:6", max: 10)
+    GC.stress = false
+    report[:examples].select { |e| e[:type] == :hash && e[:length] == 1 }.each { |e| puts [e[:key_classes], e[:value_classes], e[:keys]].inspect }
+    kept.clear
+  RUBY
+
+  def test_objects_stay_pinned_while_rendered_under_gc_stress_and_compaction
+    out, err, status = Open3.capture3(RbConfig.ruby, "-I#{File.expand_path("../lib", __dir__)}", "-e", STRESS_SCRIPT)
+    assert status.success?, err
+    lines = out.lines.map(&:chomp)
+    assert_equal 3, lines.size, out + err
+    lines.each { |line| assert_match(/\A\[\[\["Array", 1\]\], \[\["Quote", 1\]\], \["\[\\"key \d\\", \d\]"\]\]\z/, line) }
+  end
+
   def fill_secrets
     $heapscope_examples = [+"#{SECRET} in a string"] # SECRET STRING SITE
-    $heapscope_examples << { "#{SECRET} as a key" => 1, secret_symbol_key: 2 } # SECRET HASH SITE
+    $heapscope_examples << { "#{SECRET} as a key" => 1, secret_symbol_key: 2, ["#{SECRET} in a key", 7, [1]] => 3 } # SECRET HASH SITE
   end
 
   # Without consent no String byte or key shows anywhere: the API's report, its text and JSON, the HTTP
@@ -163,12 +192,12 @@ class TestCoreExamples < Minitest::Test
       all = outputs.join("\n")
       if consent
         assert_includes all, "\"#{SECRET} in a string\""
-        assert_includes all, "first keys: \"#{SECRET} as a key\", :secret_symbol_key"
+        assert_includes all, "first keys: \"#{SECRET} as a key\", :secret_symbol_key, [\"#{SECRET} in a key\", 7, #<Array>]"
       else
         refute_includes all, "SECRET", "contents leaked without consent"
         refute_includes all, "secret_symbol_key"
         assert_includes all, "String and key contents hidden"
-        assert_includes all, "keys String x1, Symbol x1; values Integer x2"
+        assert_includes all, "keys String x1, Symbol x1, Array x1; values Integer x3"
       end
       Heapscope.stop
     end
@@ -208,7 +237,7 @@ class TestCoreExamples < Minitest::Test
     fill_secrets
     app = Heapscope::Rack.app
     get = ->(query) { app.call("REQUEST_METHOD" => "GET", "PATH_INFO" => "/debug/pprof/examples", "QUERY_STRING" => query) }
-    status, headers, body = get.call("site=#{site("# SECRET HASH SITE")}&max=2&format=json")
+    status, headers, body = get.call("site=#{site("# SECRET HASH SITE")}&max=20&format=json")
     assert_equal 200, status, body.join
     assert_equal "application/json", headers["content-type"]
     report = JSON.parse(body.join)

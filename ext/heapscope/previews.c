@@ -33,6 +33,7 @@ enum {
   TALLY_CLASSES = 32, // distinct classes counted per container; more are counted as "other"
   TOP_CLASSES = 5,    // classes listed per container
   SHOWN_KEYS = 5,     // keys shown per Hash (with consent)
+  KEY_ELEMENTS = 5,   // elements shown of an Array key (retainers' KEY_ELEMENTS)
   SHOWN_IVARS = 16,   // instance variable names listed per object
   NAME_BYTES = 200,   // the longest class or variable name shown (names.c bounds labels alike)
   MAX_OBJECTS = 100,  // the most examples one call renders
@@ -210,9 +211,11 @@ static bool plain_symbol_name(VALUE name) {
   return true;
 }
 
-// A key as it reads in code for nil, true, false, Integers, Floats, Symbols and Strings (bounded);
-// anything else by its class only: #<Foo>.
-static VALUE key_text(VALUE key) {
+// A key as it reads in code for nil, true, false, Integers, Floats, Symbols and Strings (bounded), an
+// Array by its first KEY_ELEMENTS elements (one level: a cache keyed by request parameters shows them);
+// anything else by its class only: #<Foo>. The Array is pinned (a key collected while its Hash was
+// read): each element is read from it afresh after the previous one's text was made.
+static VALUE key_text(VALUE key, int depth) {
   if (NIL_P(key)) return rb_str_new_cstr("nil");
   if (key == Qtrue) return rb_str_new_cstr("true");
   if (key == Qfalse) return rb_str_new_cstr("false");
@@ -229,6 +232,15 @@ static VALUE key_text(VALUE key) {
     return text;
   }
   if (RB_TYPE_P(key, T_STRING)) return quoted_head(key, KEY_BYTES);
+  if (depth == 0 && RB_TYPE_P(key, T_ARRAY) && real_class_of(key) == rb_cArray) {
+    VALUE text = rb_str_new_cstr("[");
+    for (long i = 0; i < RARRAY_LEN(key) && i < KEY_ELEMENTS; i++) {
+      if (i > 0) rb_str_cat_cstr(text, ", ");
+      rb_str_append(text, key_text(RARRAY_AREF(key, i), depth + 1));
+    }
+    if (RARRAY_LEN(key) > KEY_ELEMENTS) rb_str_catf(text, ", ...%ld more", RARRAY_LEN(key) - KEY_ELEMENTS);
+    return rb_str_cat_cstr(text, "]");
+  }
   VALUE text = rb_str_new_cstr("#<");
   rb_str_append(text, class_name(real_class_of(key)));
   return rb_str_cat_cstr(text, ">");
@@ -265,7 +277,7 @@ static void render_hash(previews_job *job, VALUE obj, VALUE out) {
   set(out, "value_classes", tally_list(&job->second));
   if (!job->contents) return;
   VALUE keys = rb_ary_new();
-  for (size_t i = 0; i < job->key_count; i++) rb_ary_push(keys, key_text(job->keys[i]));
+  for (size_t i = 0; i < job->key_count; i++) rb_ary_push(keys, key_text(job->keys[i], 0));
   set(out, "keys", keys);
 }
 
