@@ -46,7 +46,7 @@ module Heapscope
         diff OLD NEW                 what grew between two profiles
         leaks FILES...               sites whose live objects keep growing across profiles
         retainers URL FILE:LINE      who keeps a site's live objects alive, in a running process
-        examples URL FILE:LINE       what a site's live objects hold (class, size, age, a preview), in a running process
+        examples URL FILE:LINE       what a site's live objects hold (a preview of each), in a running process
         help, --help, -h             this text (heapscope run --help: the flags of run)
         --version                    the version
 
