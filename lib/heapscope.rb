@@ -51,7 +51,7 @@ module Heapscope
     window_share: 0.04,
     label_threads: false, # every sample also labelled thread=<its native thread's name> (labels.rb)
     max_label_sets: 1000, # distinct label sets per process; past it new sets become "(other)"
-    show_contents: false, # the operator's consent to show data (Hash keys in retainers) to any reader
+    show_contents: false, # the operator's consent to show data (Hash keys, String bytes: retainers, examples) to any reader
     census: true, # every profile counts the live heap exactly first (docs/reading-profiles.md, exact totals)
   }.freeze
   SAMPLING_MODES = %i[windowed always].freeze
@@ -111,8 +111,9 @@ module Heapscope
     end
 
     # Whether the operator allowed heapscope to show contents of the application's objects (Hash keys
-    # in retainers) to whoever reads its reports and endpoints: the show_contents start option
-    # (HEAPSCOPE_SHOW_CONTENTS=1, config.heapscope.show_contents). Off by default.
+    # in retainers and examples, String bytes in examples) to whoever reads its reports and endpoints:
+    # the show_contents start option (HEAPSCOPE_SHOW_CONTENTS=1, config.heapscope.show_contents). Off
+    # by default.
     def show_contents?
       running? && @config&.fetch(:show_contents, false) == true
     end
@@ -164,6 +165,13 @@ module Heapscope
     # Pauses the application for the walk, in slices.
     def retainers(site, **options)
       Retainers.find(site, **options)
+    end
+
+    # What site's sampled live objects hold: the max (5) oldest, each with class, size, age and a
+    # bounded preview (lib/heapscope/examples.rb); String bytes and Hash keys only with show_contents.
+    # No method of the application's objects runs.
+    def examples(site, max: Examples::DEFAULT_MAX)
+      Examples.find(site, max: max)
     end
 
     # Forgets the allocation counts (alloc_* values restart from zero); live objects stay tracked.
@@ -322,6 +330,7 @@ require_relative "heapscope/fork"
 require_relative "heapscope/labels"
 require_relative "heapscope/memory"
 require_relative "heapscope/retainers"
+require_relative "heapscope/examples"
 require_relative "heapscope/pprof"
 require_relative "heapscope/env_config"
 require_relative "heapscope/surfaces/rack"

@@ -124,7 +124,7 @@ class TestHardeningHttpDetails < Minitest::Test
     ["/", "/heap", "/allocs", "/heap?debug=1", "/debug/pprofheap", "/debug"].each do |target|
       status, headers, body = http_get(server.port, target)
       assert_equal 404, status, target
-      assert_match(%r{heapscope serves /debug/pprof/, /debug/pprof/heap, /debug/pprof/allocs, /debug/pprof/memstats and /debug/pprof/retainers}, body)
+      assert_match(%r{heapscope serves /debug/pprof/, /debug/pprof/heap, /debug/pprof/allocs, /debug/pprof/memstats, /debug/pprof/retainers and /debug/pprof/examples}, body)
       assert_common_headers(headers, target)
     end
     assert_empty @source.calls

@@ -13,6 +13,7 @@
 #include "dirhandle.h"
 #include "liveness.h"
 #include "memstats.h"
+#include "previews.h"
 #include "retainers.h"
 #include "pprof.h"
 #include "ractors.h"
@@ -583,6 +584,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mNative, "_profile", native_profile, 4);
   rb_define_singleton_method(mNative, "_malloc_stats", native_malloc_stats, 0);
   retainers_define(mNative);
+  previews_define(mNative);
   dirhandle_define(mNative);
   rb_define_singleton_method(mNative, "_stats", native_stats, 0);
   rb_define_singleton_method(mNative, "_reset", native_reset, 0);

@@ -300,11 +300,11 @@ void recorder_reset_allocs(recorder *r) {
   (void)idindex_init(&r->alloc_index, 256);
 }
 
-void recorder_each_object(const recorder *r, bool (*fn)(VALUE obj, uint32_t stack_id, void *data), void *data) {
+void recorder_each_object(const recorder *r, bool (*fn)(VALUE obj, uint32_t stack_id, uint32_t alloc_gc, void *data), void *data) {
   for (size_t i = 0; i < r->record_count; i++) {
     const record *rec = &r->records[i];
     if ((rec->flags & RECORD_SUSPECT) || !recorder_record_is_valid(rec->obj)) continue;
-    if (!fn(rec->obj, rec->stack_id, data)) return;
+    if (!fn(rec->obj, rec->stack_id, rec->alloc_gc, data)) return;
   }
 }
 

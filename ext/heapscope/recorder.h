@@ -126,11 +126,12 @@ void recorder_reset_allocs(recorder *r);
 
 void recorder_get_stats(const recorder *r, recorder_stats *stats);
 
-// Calls fn(obj, stack_id, data) for every record whose object may be read (not a suspect, still an
-// object): outside the GC only, after capture_settle_records. fn must not allocate Ruby objects (a GC
-// could drop records while they are walked) and returns false to stop. Retainers (retainers.c) picks a
-// site's sampled objects with it.
-void recorder_each_object(const recorder *r, bool (*fn)(VALUE obj, uint32_t stack_id, void *data), void *data);
+// Calls fn(obj, stack_id, alloc_gc, data) for every record whose object may be read (not a suspect,
+// still an object): outside the GC only, after capture_settle_records. alloc_gc is rb_gc_count() when
+// it was allocated (mod 2^32). fn must not allocate Ruby objects (a GC could drop records while they are
+// walked) and returns false to stop. Retainers (retainers.c) and previews (previews.c) pick a site's
+// sampled objects with it.
+void recorder_each_object(const recorder *r, bool (*fn)(VALUE obj, uint32_t stack_id, uint32_t alloc_gc, void *data), void *data);
 
 // The gc_age bucket of an object that survived age GCs: 0, 1, 2, 4, 8, ... (powers of two), so
 // samples stay aggregated as objects age.

@@ -10,6 +10,7 @@
 #include "edge_names.h"
 #include "names.h"
 #include "recorder.h"
+#include "site_match.h"
 #include "stacktab.h"
 #include "strtab.h"
 
@@ -288,39 +289,14 @@ static const char *walk_stack_holders(retainers_job *job, size_t *next) {
 // ---- Targets: the sampled objects whose allocation stack passes through file:line ----
 
 typedef struct {
-  const char *file;
-  size_t file_len;
-  int32_t line;
+  site_match site;
   walk *w;
 } target_match;
 
-// Whether path ends with suffix at a path component boundary ("app/cache.rb" matches
-// "/srv/app/cache.rb", not "/srv/myapp/cache.rb").
-static bool path_ends_with(const char *path, size_t len, const char *suffix, size_t suffix_len) {
-  if (suffix_len > len || memcmp(path + len - suffix_len, suffix, suffix_len) != 0) return false;
-  return suffix_len == len || path[len - suffix_len - 1] == '/' || suffix[0] == '/';
-}
-
-static bool stack_passes(uint32_t stack_id, const target_match *m) {
-  recorder *r = capture_recorder();
-  uint32_t n = 0;
-  const uint32_t *frame_ids = stacktab_stack(recorder_stacks(r), stack_id, &n);
-  for (uint32_t k = 0; frame_ids != NULL && k < n; k++) {
-    const hs_frame *frame = stacktab_frame(recorder_stacks(r), frame_ids[k]);
-    if (frame == NULL || frame->line != m->line || frame->code_id == 0) continue;
-    uint32_t function_id = 0, file_id = 0;
-    bool is_c = false;
-    names_code_info(capture_names(), frame->code_id, &function_id, &file_id, &is_c);
-    size_t len = 0;
-    const char *file = file_id ? strtab_get(recorder_strings(r), file_id, &len) : NULL;
-    if (file != NULL && path_ends_with(file, len, m->file, m->file_len)) return true;
-  }
-  return false;
-}
-
-static bool collect_target(VALUE obj, uint32_t stack_id, void *data) {
+static bool collect_target(VALUE obj, uint32_t stack_id, uint32_t alloc_gc, void *data) {
+  (void)alloc_gc;
   target_match *m = data;
-  if (RBASIC_CLASS(obj) == 0 || !stack_passes(stack_id, m)) return true;
+  if (RBASIC_CLASS(obj) == 0 || !site_match_stack(&m->site, stack_id)) return true;
   m->w->targets[m->w->target_count++] = obj;
   return m->w->target_count < m->w->target_capacity;
 }
@@ -342,7 +318,9 @@ static VALUE run_walk(VALUE arg) {
   retainers_job *job = (retainers_job *)arg;
   walk *w = &job->w;
   job->started = job->slice_started = seconds_now();
-  target_match m = {RSTRING_PTR(job->file), (size_t)RSTRING_LEN(job->file), job->line, w};
+  target_match m;
+  site_match_init(&m.site, RSTRING_PTR(job->file), (size_t)RSTRING_LEN(job->file), job->line);
+  m.w = w;
   recorder_each_object(capture_recorder(), collect_target, &m);
   const char *cut_short = NULL;
   if (w->target_count > 0) {

@@ -12,7 +12,7 @@ module Heapscope
   # Exit statuses: 0 ok, 1 failure, 2 bad usage (one line saying why); `run` exits with the
   # command's own status (128+N when a signal N ended it, 127 when it could not be started).
   module CLI
-    REPORT_COMMANDS = %w[top flamegraph diff leaks retainers].freeze
+    REPORT_COMMANDS = %w[top flamegraph diff leaks retainers examples].freeze
     DEFAULT_DIR = EnvConfig::DEFAULT_DIR
 
     # Flags of `run`: flag => [environment variable, placeholder, help].
@@ -46,6 +46,7 @@ module Heapscope
         diff OLD NEW                 what grew between two profiles
         leaks FILES...               sites whose live objects keep growing across profiles
         retainers URL FILE:LINE      who keeps a site's live objects alive, in a running process
+        examples URL FILE:LINE       what a site's live objects hold (a preview of each), in a running process
         help, --help, -h             this text (heapscope run --help: the flags of run)
         --version                    the version
 

@@ -32,7 +32,7 @@ module Heapscope
       "HEAPSCOPE_SAMPLING" => "windowed or always: when the allocation hook is on (default windowed; always when HEAPSCOPE_SAMPLE_EVERY is 1)",
       "HEAPSCOPE_WINDOW_SHARE" => "fraction of time the allocation hook is on when windowed, above 0 and at most 1 (default 0.04)",
       "HEAPSCOPE_LABEL_THREADS" => "1 labels every sample thread=<its thread's name> (default 0)",
-      "HEAPSCOPE_SHOW_CONTENTS" => "1 lets reports show contents of the application's objects, such as Hash keys in retainers?keys=1 (default 0: classes only)",
+      "HEAPSCOPE_SHOW_CONTENTS" => "1 lets reports show contents of the application's objects, such as Hash keys in retainers?keys=1 and String bytes and keys in examples (default 0: classes only)",
       "HEAPSCOPE_CENSUS" => "0 leaves the exact census of the live heap (per type and class totals, about 15 ms per million objects) out of profiles (default 1)",
       "HEAPSCOPE_MAX_LABEL_SETS" => "distinct label sets kept, 1..1000000; past it new ones become \"(other)\" (default 1000)",
       "HEAPSCOPE_LABELS" => "0 stops Rails apps' requests and jobs being labelled endpoint=Controller#action, job=JobClass (default 1)",

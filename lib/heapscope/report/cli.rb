@@ -6,14 +6,16 @@ require "heapscope/report/flamegraph"
 require "heapscope/report/diff"
 require "heapscope/report/leaks"
 require "heapscope/report/retainers"
+require "heapscope/report/examples"
 
 module Heapscope
   module Report
-    # CLI is the entry point of `heapscope top|flamegraph|diff|leaks`. exe/heapscope calls run; it never
-    # lets a backtrace through: bad input exits 2 with one line on err, a bug exits 1 with one line.
+    # CLI is the entry point of `heapscope top|flamegraph|diff|leaks|retainers|examples`. exe/heapscope
+    # calls run; it never lets a backtrace through: bad input exits 2 with one line on err, a bug exits
+    # 1 with one line.
     module CLI
       COMMANDS = { "top" => Top, "flamegraph" => Flamegraph, "diff" => Diff, "leaks" => Leaks,
-                   "retainers" => Retainers }.freeze
+                   "retainers" => Retainers, "examples" => Examples }.freeze
 
       module_function
 

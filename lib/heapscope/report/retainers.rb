@@ -43,9 +43,7 @@ module Heapscope
       def run(out)
         url, site = @args
         uri = endpoint(url)
-        query = URI.encode_www_form(site: site, limit: @opts[:limit], time_limit: @opts[:time_limit],
-                                    format: @opts[:json] ? "json" : "text", keys: @opts[:keys] ? 1 : 0)
-        uri.query = query
+        uri.query = URI.encode_www_form(query(site))
         response = fetch(uri)
         body = response.body.force_encoding(Encoding::UTF_8)
         unless response.code == 200
@@ -60,13 +58,22 @@ module Heapscope
 
       private
 
+      def query(site)
+        { site: site, limit: @opts[:limit], time_limit: @opts[:time_limit], format: @opts[:json] ? "json" : "text",
+          keys: @opts[:keys] ? 1 : 0 }
+      end
+
+      # The endpoint's name under /debug/pprof (Examples asks its own).
+      ENDPOINT = "retainers"
+
       # http://HOST:PORT, .../debug/pprof or .../debug/pprof/retainers -> the endpoint's URI.
       def endpoint(url)
         uri = URI.parse(url)
         raise Error, "URL must be http:// or https://, got #{url.inspect}" unless uri.is_a?(URI::HTTP) && uri.host
 
+        name = "/#{self.class::ENDPOINT}"
         path = uri.path.to_s.chomp("/")
-        path = "#{path.empty? ? Heapscope::Rack::PREFIX : path}/retainers" unless path.end_with?("/retainers")
+        path = "#{path.empty? ? Heapscope::Rack::PREFIX : path}#{name}" unless path.end_with?(name)
         uri.path = path
         uri
       rescue URI::InvalidURIError => e

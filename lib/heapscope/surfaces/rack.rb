@@ -44,6 +44,7 @@ module Heapscope
       "allocs" => "the same profile with alloc_space as the default sample type: all sampled allocations",
       "memstats" => "where RSS went, as JSON: Ruby object heap, malloc, the profiled objects, the unexplained rest",
       "retainers" => "who keeps a site's objects alive: ?site=FILE:LINE (paths from a GC root; pauses the application)",
+      "examples" => "what a site's live objects hold: ?site=FILE:LINE (class, size, age and a bounded preview)",
     }.freeze
 
     # GcLimiter bounds the full GCs that HTTP clients can force: one per interval seconds, counted
@@ -185,6 +186,7 @@ module Heapscope
       return text(400, "#{params}\n") if params.is_a?(String)
       return memstats(params) if name == "memstats"
       return RetainersEndpoint.call(self, @source, params[:query]) if name == "retainers"
+      return ExamplesEndpoint.call(self, @source, params[:query]) if name == "examples"
       return not_running unless @source.running?
 
       type = name.to_sym
@@ -244,7 +246,7 @@ module Heapscope
       end
       seen = Hash.new(0)
       pairs.each { |key, _| seen[key] += 1 }
-      twice = seen.find { |key, count| count > 1 && %w[gc debug seconds site limit time_limit format keys].include?(key) }
+      twice = seen.find { |key, count| count > 1 && %w[gc debug seconds site limit time_limit format keys max].include?(key) }
       return "parameter #{twice[0]} given more than once" if twice
 
       given = pairs.to_h
@@ -386,8 +388,9 @@ module Heapscope
   end
 end
 
-# seconds=N deltas, ?debug=1's text and its limiter, and /debug/pprof/retainers (after Rack and its
-# GcLimiter are defined).
+# seconds=N deltas, ?debug=1's text and its limiter, /debug/pprof/retainers and /debug/pprof/examples
+# (after Rack and its GcLimiter are defined).
 require "heapscope/surfaces/rack_delta"
 require "heapscope/surfaces/rack_text"
 require "heapscope/surfaces/rack_retainers"
+require "heapscope/surfaces/rack_examples"
