@@ -136,10 +136,13 @@ class TestReportCLI < Minitest::Test
     assert_equal [0, ""], [status, err]
     assert_includes out, "Total: 5.2 MiB -> 10.0 MiB (+4.8 MiB, +91.0%)"
     grew = out[/^Grew.*?(?=^$)/m].lines.drop(2)
-    assert_match(/\A\s*977 KiB\s+8\.6 MiB\s+\+7\.6 MiB\s+\+800\.0%\s+±\S+ KiB\s+Cache#store app\/cache\.rb:12$/, grew[0])
+    assert_match(/\A\s*977 KiB\s+8\.6 MiB\s+\+7\.6 MiB\s+\+800\.0%\s+±\S+ KiB\s+grew 8\.4σ\s+Cache#store app\/cache\.rb:12$/, grew[0])
     assert_match(/New#thing/, grew[1])
-    assert_match(/new\s+±\S+ KiB noise\s+New#thing/, grew[1], "10 sampled objects: +2 KB is within its error")
-    assert_match(/\+500 B .* noise\s+Config#load/, grew[2])
+    # One sampled object in NEW: +2 KB ±1.9 KB is within twice its error, but so near its error, and on
+    # so few samples, that it is not called noise; the advice names the rate that would tell.
+    assert_match(/new\s+±\S+ KiB\s+not enough evidence 1\.1σ\s+New#thing/, grew[1])
+    assert_match(/\+500 B .* noise 0\.0σ\s+Config#load/, grew[2])
+    assert_includes out, "To decide:\n  New#thing app/new.rb:1: +2.0 KiB ±1.9 KiB: sample_every: 2 would make a change this size 2σ"
     shrank = out[/^Shrank.*?(?=^$)/m].lines.drop(2)
     assert_match(/-2\.9 MiB\s+-75\.0%.*Request#parse/, shrank[0])
 
@@ -149,7 +152,10 @@ class TestReportCLI < Minitest::Test
     assert_equal %w[Cache#store New#thing Config#load], data["grew"].map { |r| r["name"] }
     assert_equal 8_000_000, data["grew"][0]["change"]
     refute data["grew"][0]["noise"]
+    assert_equal [["grew", 8.4, nil], ["not enough evidence", 1.1, 2], ["noise", 0.0, nil]],
+                 data["grew"].map { |r| r.values_at("verdict", "sigmas", "advice_sample_every") }
     assert_equal ["Request#parse"], data["shrank"].map { |r| r["name"] }
+    assert_equal ["shrank", -4.5], data["shrank"][0].values_at("verdict", "sigmas")
 
     html = File.join(@dir, "d.html")
     status, out, = run_cli("diff", base, newer, "--html", "-o", html)
@@ -164,9 +170,11 @@ class TestReportCLI < Minitest::Test
     assert_equal [0, ""], [status, err]
     rows = out.lines.drop_while { |l| !l.include?("rate/min") }.drop(1).take_while { |l| l.strip != "" }
     assert_match(/Cache#store app\/cache\.rb:12$/, rows[0])
-    assert_match(/\+100 KiB\s+\S+\s+5\/5\s+600 KiB\s+\S+\s+8:50% 16:50%\s+likely leak/, rows[0])
-    assert_match(/grew once\s+Config#load/, rows[1])
-    assert_match(/fluctuating \(churn\?\)\s+Request#parse/, rows[2])
+    assert_match(/\+100 KiB\s+\S+\s+5\/5\s+600 KiB\s+\S+\s+8:50% 16:50%\s+leak 11\.3σ/, rows[0])
+    # The one-off step is beyond its errors but no trend: churn that grew once; the requests go up and
+    # down by far more than their errors.
+    assert_match(/churn \(grew once\)\s+Config#load/, rows[1])
+    assert_match(/churn \d+\.\dx error\s+Request#parse/, rows[2])
     assert_includes out, "Profiles: 6 from 2027-01-15T08:00:00Z to 2027-01-15T08:05:00Z (5.0 min)"
 
     status, out, = run_cli("leaks", *Dir[File.join(@dir, "*.pb.gz")].shuffle(random: Random.new(1)), "--json")
@@ -178,12 +186,15 @@ class TestReportCLI < Minitest::Test
     assert_equal [1.0, 5, 5], leak.values_at("steady", "rises", "intervals")
     assert_equal({ "8" => 307_200, "16" => 307_200 }, leak["gc_age"])
     assert_equal 1.0, leak["old_share"]
-    assert_equal "likely leak", leak["verdict"]
+    assert_equal ["leak", "steady", "old", nil], leak.values_at("verdict", "shape", "objects", "advice")
+    assert_operator leak["trend_sigmas"], :>, 2
     assert_operator leak["last_relative_error"], :>, 0 # 1-in-64 sampling is not exact
     # The one-off step is bigger per minute than the leak, but it grew in one interval only.
     assert_equal "Config#load", one_off["function"]
     assert_operator one_off["rate_per_minute"], :>, leak["rate_per_minute"]
     assert_equal 1, one_off["rises"]
+    assert_equal %w[churn grew\ once], one_off.values_at("verdict", "shape")
+    assert_equal ["churn", "up and down"], churn.values_at("verdict", "shape")
     assert_equal "Request#parse", churn["function"]
     assert_equal 0.0, churn["old_share"]
 
@@ -193,7 +204,8 @@ class TestReportCLI < Minitest::Test
                                                time_nanos: T0 + k * MIN))
     end
     _, out, = run_cli("leaks", *young)
-    assert_includes out, "growing, young"
+    assert_match(/leak exact\s+Cache#store/, out, "exact counts on a line: no sampling error at all")
+    assert_includes out, "To decide:\n  Cache#store app/cache.rb:12: most of its objects are young (under 4 GCs)"
   end
 
   def test_leaks_picks_one_process_from_a_periodic_directory
@@ -228,7 +240,11 @@ class TestReportCLI < Minitest::Test
     assert_equal 0, status
     site = JSON.parse(out)["sites"].first
     assert_equal "main.leakyAlloc", site["function"]
-    assert_equal "growing", site["verdict"]
+    # Two profiles show a change, not a trend (a step would look the same): not enough evidence, and
+    # how many more snapshots would tell.
+    assert_equal "not enough evidence", site["verdict"]
+    assert_equal 1, site["more_snapshots"]
+    assert_match(/about 1 more snapshot \(one every 2\.0 min\) would separate it from noise at 2σ/, site["advice"])
     assert_in_delta 4_096_000 / 2.0, site["rate_per_minute"], 20_000
   end
 

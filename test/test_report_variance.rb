@@ -195,8 +195,10 @@ class TestReportVariance < Minitest::Test
     assert_equal [200, 100.0, true], rows["Cache#store"].values_at("change", "error", "noise")
     assert_equal [201, 100.0, false], rows["Request#parse"].values_at("change", "error", "noise")
     _, out, = run_cli("diff", File.join(@dir, "base.pb.gz"), File.join(@dir, "new.pb.gz"))
-    assert_match(/\+200 B\s+\+2\.0%\s+±100 B noise\s+Cache#store/, out)
-    assert_match(/\+201 B\s+\+2\.0%\s+±100 B\s+Request#parse/, out)
+    # 200 is 2σ, still within (noise: true), but on the line: not enough evidence, and how to tell.
+    assert_match(/\+200 B\s+\+2\.0%\s+±100 B\s+not enough evidence 2\.0σ\s+Cache#store/, out)
+    assert_match(/\+201 B\s+\+2\.0%\s+±100 B\s+grew 2\.0σ\s+Request#parse/, out)
+    assert_includes out, "Cache#store app/cache.rb:12: +200 B ±100 B: sample_every: 25 would cut its error about in half\n"
     # A site only in new: its own error alone. One labelled profile against an unlabelled one: each
     # side's error by its own rule.
     only = labelled_profile([[LEAK, [0, 0, 100, 10_200], [0, 0, 0, 6400]], [[["New#x", "n.rb", 1]], [0, 0, 1, 150], [0, 0, 0, 6400]]])

@@ -2,13 +2,16 @@
 
 require "heapscope/report/command"
 require "heapscope/report/flamegraph"
+require "heapscope/report/verdict"
 
 module Heapscope
   module Report
     # Diff compares two profiles site by site: what grew and what shrank from BASE to NEW, sorted by
     # growth, each change with its standard error sqrt(err_new² + err_base²) (the two profiles are
     # independent samples; each err is Sampling#absolute_error, the sampler's variance when the
-    # profiles carry it). A change is "noise" unless it exceeds twice that error.
+    # profiles carry it). A change is "noise" unless it exceeds twice that error. Each row's verdict
+    # (Report::Verdict.change) says more: grew or shrank beyond 2σ, noise, or not enough evidence with the
+    # sample_every that would tell; z is the change over its error.
     #
     #   heapscope diff before.pb.gz after.pb.gz
     #   heapscope diff before.pb.gz after.pb.gz --html -o growth.html   # a flame graph coloured by growth
@@ -70,6 +73,7 @@ module Heapscope
         base, newer = select_both(base, newer, labels, base_path, new_path)
         s_new = Sampling.new(newer)
         s_base = Sampling.new(base)
+        every = s_new.rate_lowered? ? s_new.current_sample_every : s_new.sample_every
         new_sites = Sites.aggregate(newer, by, cum: [])
         base_sites = Sites.aggregate(base, by, cum: [])
         rows = (new_sites.keys | base_sites.keys).map do |key|
@@ -84,11 +88,14 @@ module Heapscope
           err = err_new && err_base ? Math.sqrt(err_new**2 + err_base**2) : nil
           e = e_new || e_base
           change = v_new - v_base
+          call = Verdict.change(change, err, v_base, v_new, every: every)
           {
             "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
             "base" => v_base, "new" => v_new, "change" => change,
             "change_percent" => v_base.zero? ? nil : (100.0 * change / v_base.abs).round(2),
-            "error" => err && (err >= 1 ? err.round(1) : Units.significant(err)), "noise" => err ? Diff.noise?(change, err) : nil
+            "error" => err && (err >= 1 ? err.round(1) : Units.significant(err)), "noise" => err ? Diff.noise?(change, err) : nil,
+            "verdict" => call[:verdict], "sigmas" => Verdict.sigmas(call[:z]), "advice" => call[:advice],
+            "advice_sample_every" => call[:sample_every],
           }
         end
         rows.reject! { |r| r["change"].zero? }
@@ -130,18 +137,33 @@ module Heapscope
           lines << "#{title}: #{data["#{key}_total"]} site#{data["#{key}_total"] == 1 ? "" : "s"}#{rows.size < data["#{key}_total"] ? " (showing #{rows.size})" : ""}"
           next if rows.empty?
 
-          table = [%w[base new change change% error site]]
+          table = [%w[base new change change% error verdict site]]
           rows.each do |r|
-            err = Units.abs_error(r["error"], unit)
-            err += " noise" if r["noise"]
             table << [Units.format(r["base"], unit), Units.format(r["new"], unit), Units.signed(r["change"], unit),
-                      r["change_percent"].nil? ? "new" : format("%+.1f%%", r["change_percent"]), err, r["name"]]
+                      r["change_percent"].nil? ? "new" : format("%+.1f%%", r["change_percent"]),
+                      Units.abs_error(r["error"], unit), verdict_text(r), r["name"]]
           end
           lines.concat(Report.table(table))
         end
+        advised = (data["grew"] + data["shrank"]).select { |r| r["advice"] }
+        unless advised.empty?
+          lines << ""
+          lines << "To decide:"
+          advised.each { |r| lines << "  #{r["name"]}: #{Units.signed(r["change"], unit)} #{Units.abs_error(r["error"], unit)}: #{r["advice"]}" }
+        end
         lines << ""
-        lines << "(error: standard error of the change; \"noise\": the change is at most twice its error)"
+        lines << "(error: standard error of the change; verdict: the change in errors, 2σ or more is real; " \
+                 "\"noise\": within twice its error; \"not enough evidence\": within it, but near it or with too few samples " \
+                 "to tell. Whether a growth is a leak or churn takes more snapshots: heapscope leaks)"
         lines.map { |l| Escape.terminal(l) }.join("\n")
+      end
+
+      # "grew 5.1σ", "noise 0.4σ", "not enough evidence 1.5σ", "grew exact" (no sampling error), "?".
+      def self.verdict_text(row)
+        return "?" if row["verdict"].nil?
+
+        z = row["sigmas"]
+        "#{row["verdict"]} #{z.nil? ? "exact" : format("%.1fσ", z.abs)}"
       end
 
       # A change is noise unless |change| > 2 * its standard error (about 95% of pure sampling

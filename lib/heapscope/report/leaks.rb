@@ -2,6 +2,7 @@
 
 require "time"
 require "heapscope/report/command"
+require "heapscope/report/verdict"
 
 module Heapscope
   module Report
@@ -11,14 +12,17 @@ module Heapscope
     #   heapscope leaks /var/tmp/heapscope/        # every *.pb.gz in it, ordered by profile time
     #
     # For each site (grouped as in top), over time:
-    #   rate    the least-squares slope of its live value, per minute, with its standard error (the larger
-    #           of the fit's and the one propagated from each point's sampling error).
-    #   steady  the share of intervals in which it grew: 1.0 for a leak, about one interval for a one-off
-    #           allocation (a cache warmed once), about half for churn.
-    #   age     its live bytes by gc_age label (GCs survived) in the newest profile. Old and growing is the
-    #           signature of a leak; young and growing is a backlog or churn.
-    # Sites that grew in at least STEADY of the intervals come first, by rate; the others follow by
-    # rate * steady. So a steady leak ranks above a bigger one-off step and above churn.
+    #   rate     the least-squares slope of its live value, per minute, with its standard error (each
+    #            point's sampling error propagated, widened by the scatter when that exceeds them).
+    #   verdict  leak, churn, noise or not enough evidence, with its confidence (the slope in standard
+    #            errors; for churn the scatter in errors), and for the undecided what would decide them:
+    #            how many more snapshots, or which sample_every (Report::Verdict has the statistics).
+    #   steady   the share of intervals in which it grew (shown, not judged by: with few samples a real
+    #            leak's points go down now and then).
+    #   age      its live bytes by gc_age label (GCs survived) in the newest profile. Old and growing is the
+    #            signature of a leak; young and growing is a backlog or churn.
+    # Leaks come first, by rate, then the undecided by how close they are to a verdict, then churn and
+    # noise. So a steady leak ranks above a bigger one-off step and above churn.
     class Leaks < Command
       DESCRIPTION = "Follows a live value (default inuse_space) through a series of profiles of one process and lists the sites that keep growing."
       USAGE = "usage: heapscope leaks FILE... | DIR [--sample TYPE] [--by line|function|class|label:KEY] " \
@@ -28,7 +32,9 @@ module Heapscope
       # Objects that survived this many GCs count as old (Ruby promotes objects to the old generation
       # after 3).
       OLD_AGE = 4
-      STEADY = 0.75
+      YOUNG = "most of its objects are young (under #{OLD_AGE} GCs): a backlog or a queue that drains grows like this too"
+      # The order of the verdicts in the table.
+      ORDER = { Verdict::LEAK => 0, Verdict::UNCLEAR => 1, Verdict::CHURN => 2, Verdict::NOISE => 3 }.freeze
 
       def defaults
         { n: 20, by: "line", sample: "inuse_space" }
@@ -132,12 +138,14 @@ module Heapscope
         end
         ages = age_distribution(points.last, by)
 
+        last_sampling = Sampling.new(points.last[:prof])
+        every = last_sampling.rate_lowered? ? last_sampling.current_sample_every : last_sampling.sample_every
         rows = sites.map do |key, s|
-          fit = fit(times, s[:values], s[:errors])
+          trend = Verdict.trend(times, s[:values], s[:errors], every: every, unit: unit)
           rises = s[:values].each_cons(2).count { |a, b| b > a }
           steady = rises.to_f / (points.size - 1)
           growth = s[:values].last - s[:values].first
-          next if fit[:rate] <= 0 || growth <= 0
+          next if trend[:rate] <= 0 || growth <= 0
 
           age = ages[key] || {}
           old = age.sum { |bucket, v| bucket >= OLD_AGE ? v : 0 }
@@ -147,19 +155,22 @@ module Heapscope
           e = s[:entry]
           {
             "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
-            "rate_per_minute" => fit[:rate].round(3), "rate_error" => fit[:error]&.round(3),
-            "r_squared" => fit[:r2]&.round(4), "rises" => rises, "intervals" => points.size - 1,
-            "steady" => steady.round(4), "score" => (fit[:rate] * steady).round(3),
+            "rate_per_minute" => trend[:rate].round(3), "rate_error" => trend[:rate_error]&.round(3),
+            "r_squared" => r_squared(times, s[:values], trend[:rate]), "rises" => rises, "intervals" => points.size - 1,
+            "steady" => steady.round(4), "score" => (trend[:rate] * steady).round(3),
             "first" => s[:values].first, "last" => s[:values].last, "growth" => growth,
             "last_relative_error" => last_err && s[:values].last.positive? ? Units.significant(last_err / s[:values].last) : nil,
             "values" => s[:values],
             "gc_age" => age.sort.to_h { |b, v| [b.to_s, v] }, "old_share" => old_share&.round(4),
-            "verdict" => verdict(steady, rises, old_share)
+            "verdict" => trend[:verdict], "trend_sigmas" => Verdict.sigmas(trend[:z]),
+            "scatter" => trend[:scatter]&.finite? ? Units.significant(trend[:scatter]) : nil, "shape" => trend[:shape],
+            "objects" => age_note(trend[:verdict], old_share), "advice" => trend[:advice],
+            "more_snapshots" => trend[:more_snapshots], "advice_sample_every" => trend[:sample_every],
           }
         end.compact
-        # Steady growers first (by rate), then the rest by rate x steadiness: a big one-off step must not
-        # hide a slow leak.
-        rows.sort_by! { |r| [r["steady"] >= STEADY ? 0 : 1, r["steady"] >= STEADY ? -r["rate_per_minute"] : -r["score"], r["name"]] }
+        # Leaks first (by rate), then the undecided (by their trend's strength), churn, noise: a big
+        # one-off step must not hide a slow leak, and the next snapshots should go to the undecided.
+        rows.sort_by! { |r| [ORDER.fetch(r["verdict"]), r["verdict"] == Verdict::UNCLEAR ? -(r["trend_sigmas"] || 0) : -r["rate_per_minute"], r["name"]] }
         {
           "profiles" => points.map { |p| { "file" => p[:path], "time" => Time.at(p[:time]).utc.iso8601 } },
           "minutes" => times.last.round(3), "sample_type" => name, "unit" => unit, "by" => by,
@@ -189,33 +200,23 @@ module Heapscope
         out
       end
 
-      # Least-squares line through (t, y): rate (per minute), its standard error and R².
-      def self.fit(t, y, errors)
-        n = t.size
-        tm = t.sum / n
-        ym = y.sum.to_f / n
-        sxx = t.sum { |x| (x - tm)**2 }
-        sxy = t.each_index.sum { |i| (t[i] - tm) * (y[i] - ym) }
-        rate = sxy / sxx
-        ss_res = t.each_index.sum { |i| (y[i] - ym - rate * (t[i] - tm))**2 }
+      # R² of the least-squares line through (t, y) with slope rate; nil for a constant series.
+      def self.r_squared(t, y, rate)
+        tm = t.sum / t.size
+        ym = y.sum.to_f / y.size
         ss_tot = y.sum { |v| (v - ym)**2 }
-        r2 = ss_tot.zero? ? nil : 1 - ss_res / ss_tot
-        fit_err = n > 2 ? Math.sqrt(ss_res / (n - 2) / sxx) : 0.0
-        # Each point's sampling error propagated through the slope's weights (t_i - tm) / sxx.
-        sampling_err = errors.all? ? Math.sqrt(t.each_index.sum { |i| ((t[i] - tm) / sxx * errors[i])**2 }) : nil
-        { rate: rate, error: sampling_err ? [fit_err, sampling_err].max : (n > 2 ? fit_err : nil), r2: r2 }
+        return nil if ss_tot.zero?
+
+        ss_res = t.each_index.sum { |i| (y[i] - ym - rate * (t[i] - tm))**2 }
+        (1 - ss_res / ss_tot).round(4)
       end
 
-      def self.verdict(steady, rises, old_share)
-        if steady >= STEADY
-          return "growing" if old_share.nil?
+      # What the ages add to a verdict: a leak of young objects may be a backlog that drains (a queue,
+      # requests in flight); nil without gc_age labels (Go profiles) or for a site that is not growing.
+      def self.age_note(verdict, old_share)
+        return nil if old_share.nil? || ![Verdict::LEAK, Verdict::UNCLEAR].include?(verdict)
 
-          old_share >= 0.5 ? "likely leak" : "growing, young (backlog or churn?)"
-        elsif rises <= 1
-          "grew once"
-        else
-          "fluctuating (churn?)"
-        end
+        old_share >= 0.5 ? "old" : "young"
       end
 
       def self.mtime(path)
@@ -241,19 +242,43 @@ module Heapscope
           lines << "No site grew across the series."
           return lines.map { |l| Escape.terminal(l) }.join("\n")
         end
-        lines << "Growing sites: #{data["growing_total"]}; steady growth first, by rate"
+        lines << "Growing sites: #{data["growing_total"]}; leaks first, by rate"
         table = [["rate/min", "error", "steady", "live now", "error", "age (GCs: share)", "verdict", "site"]]
         data["sites"].each do |r|
           rate_err = r["rate_error"] && r["rate_per_minute"].positive? ? r["rate_error"] / r["rate_per_minute"] : nil
           table << [Units.signed(r["rate_per_minute"].round, unit), Units.error(rate_err),
                     "#{r["rises"]}/#{r["intervals"]}", Units.format(r["last"], unit), Units.error(r["last_relative_error"]),
-                    age_text(r["gc_age"]), r["verdict"], r["name"]]
+                    age_text(r["gc_age"]), verdict_text(r), r["name"]]
         end
         lines.concat(Report.table(table))
+        advised = data["sites"].select { |r| r["advice"] || r["objects"] == "young" }
+        unless advised.empty?
+          lines << ""
+          lines << "To decide:"
+          advised.each do |r|
+            said = [r["advice"], r["objects"] == "young" ? YOUNG : nil]
+            lines << "  #{r["name"]}: #{said.compact.join("; ")}"
+          end
+        end
         lines << ""
+        lines << "verdict: leak = grows beyond its error (the slope in standard errors, 2σ or more); churn = moves " \
+                 "beyond its error without a trend; noise = within its error; not enough evidence = neither yet."
         lines << "steady: intervals in which the site grew. age: share of its live #{data["sample_type"]} by GCs " \
                  "survived (old = #{data["old_age"]}+). error: sampling (and fit) error."
         lines.map { |l| Escape.terminal(l) }.join("\n")
+      end
+
+      # "leak 8.1σ", "churn ×5.2 (up and down)", "churn (grew once)", "noise 0.4σ", "not enough evidence 1.3σ".
+      def self.verdict_text(row)
+        z = row["trend_sigmas"]
+        z_text = z.nil? && row["rate_error"]&.zero? ? "exact" : Verdict.sigma_text(z)
+        case row["verdict"]
+        when Verdict::CHURN
+          if row["shape"] == "grew once" then "churn (grew once)"
+          else row["scatter"] ? "churn #{format("%.1f", row["scatter"])}x error" : "churn"
+          end
+        else "#{row["verdict"]} #{z_text}"
+        end
       end
 
       def self.duration(minutes)
