@@ -32,7 +32,7 @@ module Heapscope
       # Objects that survived this many GCs count as old (Ruby promotes objects to the old generation
       # after 3).
       OLD_AGE = 4
-      YOUNG = "most of its objects are young (under #{OLD_AGE} GCs): a backlog or a queue that drains grows like this too"
+      YOUNG = "mostly young objects (under #{OLD_AGE} GCs): a backlog that drains grows like this too"
       # The order of the verdicts in the table.
       ORDER = { Verdict::LEAK => 0, Verdict::UNCLEAR => 1, Verdict::CHURN => 2, Verdict::NOISE => 3 }.freeze
 

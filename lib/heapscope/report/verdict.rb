@@ -277,16 +277,17 @@ module Heapscope
         res
       end
 
-      # A z for display and JSON: one decimal; nil (exact counts, no error at all) stays nil.
+      # A z for display and JSON: one decimal, cut towards zero so that 1.96 (short of Z) never shows
+      # as the 2.0 of a verdict past it; nil (exact counts, no error at all) stays nil.
       def sigmas(z)
-        z&.finite? ? z.round(1) : nil
+        z&.finite? ? z.truncate(1) : nil
       end
 
       # "8.1σ", or "exact" when the counts have no sampling error.
       def sigma_text(z)
         return "?" if z.nil?
 
-        z.finite? ? format("%.1fσ", z) : "exact"
+        z.finite? ? format("%.1fσ", z.truncate(1)) : "exact"
       end
     end
   end
