@@ -268,7 +268,7 @@ module Heapscope
         lines.map { |l| Escape.terminal(l) }.join("\n")
       end
 
-      # "leak 8.1σ", "churn ×5.2 (up and down)", "churn (grew once)", "noise 0.4σ", "not enough evidence 1.3σ".
+      # "leak 8.1σ", "churn 5.2x error" (up and down), "churn (grew once)", "noise 0.4σ", "not enough evidence 1.3σ".
       def self.verdict_text(row)
         z = row["trend_sigmas"]
         z_text = z.nil? && row["rate_error"]&.zero? ? "exact" : Verdict.sigma_text(z)
