@@ -78,7 +78,9 @@ module Heapscope
         dof = n - 2
         rho = pooled_rho(y, err)
         sigmas = rho && line.each_index.map { |i| point_sigma(rho, [line[i], y[i]].max) }
-        chi2 = sigmas && dof.positive? ? chi_square(resid, sigmas) : nil
+        # Exact counts leave residuals of rounding only: below a billionth of the largest value is zero.
+        tol = 1e-9 * y.map(&:abs).max.to_f
+        chi2 = sigmas && dof.positive? ? chi_square(resid, sigmas, tol) : nil
         scatter = chi2 && dof.positive? ? Math.sqrt(chi2 / dof) : nil
         beyond = chi2 ? chi2 > chi2_99(dof) : false
         fit_err = dof.positive? ? Math.sqrt(resid.sum { |r| r * r } / dof / sxx) : nil
@@ -96,7 +98,7 @@ module Heapscope
                 point_error: sigmas&.last, shape: nil }
         res[:verdict] =
           if n < MIN_POINTS then UNCLEAR
-          elsif beyond && n >= 4 && (res[:shape] = step(y, sigmas, chi2)) then CHURN
+          elsif beyond && n >= 4 && (res[:shape] = step(y, sigmas, chi2, tol)) then CHURN
           elsif z && z > Z then LEAK
           elsif beyond then (res[:shape] = "up and down"; CHURN)
           elsif z.nil? || rho.nil? || z > HINT || thin?(line.last, sigmas.last) then UNCLEAR
@@ -125,11 +127,11 @@ module Heapscope
         Math.sqrt(t.each_index.sum { |i| ((t[i] - tm) / sxx * sigmas[i])**2 })
       end
 
-      # sum (r_i / s_i)², a residual with no error (exact counts) infinite unless it is zero.
-      def chi_square(resid, sigmas)
+      # sum (r_i / s_i)², a residual with no error (exact counts) infinite unless it is zero (within tol).
+      def chi_square(resid, sigmas, tol = 0.0)
         resid.each_index.sum do |i|
           if sigmas[i].positive? then (resid[i] / sigmas[i])**2
-          elsif resid[i].abs < 1e-9 then 0.0
+          elsif resid[i].abs <= tol then 0.0
           else Float::INFINITY
           end
         end
@@ -144,14 +146,14 @@ module Heapscope
       # where the line did not, and much better than it: chi² lower by STEP_GAIN. Sampling noise around
       # a rising line often fits a step within the errors too (the step has a free place as well as two
       # levels); only a clear gain, which a flat-rise-flat shape gives, calls it a step. nil otherwise.
-      def step(y, sigmas, line_chi2)
+      def step(y, sigmas, line_chi2, tol)
         best = (1...y.size).filter_map do |k|
           left = y[0...k].sum.to_f / k
           right = y[k..].sum.to_f / (y.size - k)
           next unless right > left
 
           fit = y.each_index.map { |i| y[i] - (i < k ? left : right) }
-          chi_square(fit, sigmas)
+          chi_square(fit, sigmas, tol)
         end.min
         best && best <= chi2_99(y.size - 2) && line_chi2 - best > STEP_GAIN ? "grew once" : nil
       end
