@@ -205,7 +205,7 @@ class TestReportLeaks < Minitest::Test
     leak = sites.find { |s| s["file"] == script && s["line"] == line_of.call("LEAK_LINE") }
     refute_nil leak, sites.map { |s| s["name"] }.inspect
     assert_equal "leak", leak["verdict"], leak.inspect
-    assert_operator leak["trend_sigmas"], :>, 5
+    assert_operator leak["trend_sigmas"], :>, 3 # 22σ here on 3.1 (sampling always); windowed errors are wider
     churn = sites.find { |s| s["file"] == script && s["line"] == line_of.call("CHURN_LINE") }
     refute_nil churn, sites.map { |s| s["name"] }.inspect
     assert_equal "churn", churn["verdict"], churn.inspect
