@@ -41,14 +41,17 @@ module Heapscope
 
       Commands:
         run [FLAGS] -- CMD ARGS...   run a Ruby command under the profiler and write a final profile at exit
-        top FILE                     the allocation sites holding the most live memory
-        flamegraph FILE              an HTML flame graph that opens offline
+        top FILE|URL                 the allocation sites holding the most live memory
+        flamegraph FILE|URL          an HTML flame graph that opens offline
         diff OLD NEW                 what grew between two profiles
-        leaks FILES...               sites whose live objects keep growing across profiles
+        leaks FILES...|DIR|URLS...   sites whose live objects keep growing across profiles
         retainers URL FILE:LINE      who keeps a site's live objects alive, in a running process
         examples URL FILE:LINE       what a site's live objects hold (a preview of each), in a running process
         help, --help, -h             this text (heapscope run --help: the flags of run)
         --version                    the version
+
+      A URL is a pprof heap endpoint's (http://HOST:PORT/debug/pprof/heap; HEAPSCOPE_HTTP_TOKEN is sent
+      as its bearer token; --timeout SECONDS bounds the wait, default 30).
 
       Without changing code: RUBYOPT=-rheapscope/auto with HEAPSCOPE_* variables (heapscope run --help
       lists them). In code: Heapscope.start; Heapscope.write("heap.pb.gz"). See docs/surfaces.md.

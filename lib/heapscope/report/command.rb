@@ -6,6 +6,7 @@ require "heapscope/report/units"
 require "heapscope/report/sampling"
 require "heapscope/report/sites"
 require "heapscope/report/escape"
+require "heapscope/report/profile_url"
 require "heapscope/memory"
 
 module Heapscope
@@ -20,25 +21,46 @@ module Heapscope
       # -n is at most this: more rows than any profile has.
       MAX_ROWS = 1 << 40
       SIZE_UNITS = { "" => 1, "k" => 1 << 10, "m" => 1 << 20, "g" => 1 << 30, "t" => 1 << 40 }.freeze
+      # The longest wait for a URL's whole answer (--timeout), as for the Pyroscope push.
+      TIMEOUT = 30
+      # Said under every reader's usage line, as USAGE names FILE only.
+      URL_NOTE = "FILE may be an http(s):// URL of a pprof heap endpoint (http://HOST:PORT means its " \
+                 "#{ProfileUrl::DEFAULT_PATH}); #{ProfileUrl::TOKEN_VARIABLE} is sent as its bearer token."
 
       attr_reader :opts, :args
 
       def initialize(argv)
-        @opts = defaults
+        @opts = { timeout: TIMEOUT }.merge(defaults)
         parser = OptionParser.new
-        parser.banner = "#{self.class::USAGE}\n\n#{self.class::DESCRIPTION}\n"
+        parser.banner = "#{self.class::USAGE}\n\n#{self.class::DESCRIPTION}\n#{"#{URL_NOTE}\n" if profile_urls?}"
         parser.on("-h", "--help", "show this help") { raise Help, parser.help }
         options(parser, @opts)
         size_flag(parser, @opts)
+        timeout_flag(parser, @opts)
         begin
           @args = parser.parse(argv.dup)
         rescue OptionParser::ParseError => e
           raise Error, "#{e.message} (#{self.class::USAGE.sub(/\Ausage: /, "")})"
         end
         check_args(@args)
+        # A URL is shown without its password, in the reports and their messages alike; @urls keeps
+        # what to fetch for each shown form.
+        @urls = {}
+        @args = @args.map do |arg|
+          next arg unless profile_urls? && ProfileUrl.url?(arg)
+
+          shown = ProfileUrl.display(arg)
+          @urls[shown] = arg
+          shown
+        end
       end
 
       private
+
+      # True for the readers, whose FILE arguments may be profiles' URLs (ProfileUrl).
+      def profile_urls?
+        true
+      end
 
       def defaults
         {}
@@ -84,9 +106,28 @@ module Heapscope
         end
       end
 
-      # Loads one profile with this command's reading limit.
+      # Every command may read a URL (retainers always does), so every command has its deadline.
+      def timeout_flag(parser, opts)
+        parser.on("--timeout SECONDS", Float, "longest wait for a URL's whole answer (default #{TIMEOUT})") do |v|
+          raise Error, "--timeout must be a positive number of seconds, got #{v}" unless v.positive? && v.finite?
+
+          opts[:timeout] = v
+        end
+      end
+
+      # Loads one profile, from a file or a URL, with this command's reading limit (and deadline).
       def load_profile(path)
-        Sites.load(path, max_size: @opts[:max_size])
+        if (url = @urls[path])
+          ProfileUrl.load(url, timeout: @opts[:timeout], max_size: @opts[:max_size] || Pprof::DEFAULT_MAX_SIZE)
+        else
+          Sites.load(path, max_size: @opts[:max_size])
+        end
+      end
+
+      # Where a report made from path writes by default: next to a file, or for a URL, a name made of
+      # its host, port and last path segment in the current directory.
+      def output_stem(path)
+        @urls[path] ? ProfileUrl.file_stem(@urls[path]) : path.sub(/(\.pb)?(\.gz)?\z/, "").sub(/\.(pprof|prof)\z/, "")
       end
 
       # "512M", "2G", "64MiB", "1000000": bytes (K, M, G, T are powers of 1024).

@@ -48,7 +48,7 @@ module Heapscope
         if @opts[:html]
           return Flamegraph.write(self.class.html(base, newer, base_path: base_path, new_path: new_path,
                                                   sample: @opts[:sample], labels: @opts[:labels] || []),
-                                  @opts[:output] || new_path.sub(/(\.pb)?(\.gz)?\z/, "") + "-diff.html", out)
+                                  @opts[:output] || "#{output_stem(new_path)}-diff.html", out)
         end
         data = self.class.report(base, newer, base_path: base_path, new_path: new_path,
                                               **@opts.slice(:sample, :by, :n, :labels))

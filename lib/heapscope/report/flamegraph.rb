@@ -51,7 +51,7 @@ module Heapscope
       end
 
       def options(parser, opts)
-        parser.on("-o", "--output PATH", "where to write the HTML (default: FILE with .html; - for stdout)") do |v|
+        parser.on("-o", "--output PATH", "where to write the HTML (default: FILE with .html, HOST_PORT-heap.html for a URL; - for stdout)") do |v|
           opts[:output] = v
         end
         sample_flag(parser, opts)
@@ -63,7 +63,7 @@ module Heapscope
         path = @args.first
         prof = load_profile(path)
         html = self.class.html(prof, path: path, sample: @opts[:sample], icicle: @opts[:icicle], labels: @opts[:labels] || [])
-        Flamegraph.write(html, @opts[:output] || Flamegraph.default_output(path), out)
+        Flamegraph.write(html, @opts[:output] || "#{output_stem(path)}.html", out)
       end
 
       # Returns the page for one profile (with labels, of its matching samples only).
@@ -119,11 +119,6 @@ module Heapscope
           out.puts Escape.terminal("wrote #{output} (#{html.bytesize / 1024} KiB)")
         end
         0
-      end
-
-      # heap.pb.gz -> heap.html, next to the profile.
-      def self.default_output(path)
-        path.sub(/(\.pb)?(\.gz)?\z/, "").sub(/\.(pprof|prof)\z/, "") + ".html"
       end
 
       def self.types(prof)

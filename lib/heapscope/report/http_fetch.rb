@@ -5,12 +5,17 @@ require "heapscope/report/sites"
 
 module Heapscope
   module Report
-    # HttpFetch GETs one URL for a report command (retainers; later the profiles top, diff and leaks
-    # read), never trusting the server: one deadline covers connecting, sending, the answer's head and
-    # its body together, so a server that sends a header line a second, or a body a byte at a time,
-    # fails on time; the head may have at most MAX_HEAD bytes in at most MAX_HEADERS lines, and the
-    # body at most max_body bytes (Content-Length, chunked or read to the end), so an endless answer
-    # costs at most about max_body of memory. Any failure is an Error with one line naming the server.
+    # HttpFetch GETs one URL for a report command (retainers, and the profiles top, flamegraph, diff
+    # and leaks read from a URL: ProfileUrl), never trusting the server: one deadline covers
+    # connecting, sending, the answer's head and its body together, so a server that sends a header
+    # line a second, or a body a byte at a time, fails on time; the head may have at most MAX_HEAD
+    # bytes in at most MAX_HEADERS lines, and the body at most max_body bytes (Content-Length, chunked
+    # or read to the end), so an endless answer costs at most about max_body of memory. Any failure
+    # is an Error with one line naming the server. An answer that is not 2xx is only read for its
+    # reason: its body is cut at ERROR_BODY bytes, so an endless 500 costs little. check_start: a
+    # callable given a 2xx answer's first bytes (at least START_BYTES, or the whole body if shorter)
+    # that raises ResponseError to refuse the answer there, so an endless body of something else is
+    # refused at its start, not at max_body.
     #
     #   HttpFetch.new(uri, timeout: 30, max_body: 16 << 20).get("authorization" => "Bearer x")
     #   # => Response(code: 200, headers: {"content-type" => "text/plain"}, body: "...")
@@ -20,6 +25,8 @@ module Heapscope
       MAX_HEAD = 64 * 1024
       MAX_HEADERS = 100
       READ_SIZE = 64 * 1024
+      ERROR_BODY = 64 * 1024
+      START_BYTES = 16
 
       # code: Integer; headers: {lowercase name => value}, the last of repeated ones; body: binary String.
       Response = Struct.new(:code, :headers, :body)
@@ -27,14 +34,18 @@ module Heapscope
       # The deadline passed (raised inside, turned into an Error by get).
       class Late < StandardError; end
 
-      # timeout: seconds for the whole exchange; max_body: bytes; timeout_flag: the flag that raises the
-      # timeout, named in its message (nil: none).
-      def initialize(uri, timeout:, max_body:, timeout_flag: nil)
+      # timeout: seconds for the whole exchange; max_body: bytes; timeout_flag and size_flag: the flags
+      # that raise the timeout and max_body, named in the messages (nil: none); name: how messages name
+      # the server (default HOST:PORT); check_start: see above.
+      def initialize(uri, timeout:, max_body:, timeout_flag: nil, size_flag: nil, name: nil, check_start: nil)
         @uri = uri
         @proxy = :env
         @timeout = timeout
         @max_body = max_body
         @timeout_flag = timeout_flag
+        @size_flag = size_flag
+        @name = name
+        @check_start = check_start
       end
 
       # Sends the GET with these extra headers and returns the Response, whatever its status.
@@ -46,6 +57,9 @@ module Heapscope
         write_all(io, request_head(headers, proxy), deadline)
         buf = +"".b
         code, fields = read_head(io, buf, deadline)
+        @success = code.between?(200, 299)
+        @limit = @success ? @max_body : ERROR_BODY
+        @started = !(@success && @check_start)
         Response.new(code, fields, read_body(io, buf, fields, deadline))
       rescue Late
         raise Error, "#{server}: no complete answer within #{format("%g", @timeout)} s" \
@@ -65,13 +79,14 @@ module Heapscope
       private
 
       def server
-        "#{@uri.host}:#{@uri.port}"
+        @name || "#{@uri.host}:#{@uri.port}"
       end
 
       def request_head(headers, proxy)
         # Through a proxy, plain http names the whole URL; https goes through a CONNECT tunnel.
-        target = proxy && @uri.scheme == "http" ? "http://#{server}#{@uri.request_uri}" : @uri.request_uri
-        lines = ["GET #{target} HTTP/1.1", "Host: #{server}", "Accept-Encoding: identity", "Connection: close"]
+        authority = "#{@uri.host}:#{@uri.port}"
+        target = proxy && @uri.scheme == "http" ? "http://#{authority}#{@uri.request_uri}" : @uri.request_uri
+        lines = ["GET #{target} HTTP/1.1", "Host: #{authority}", "Accept-Encoding: identity", "Connection: close"]
         lines << "User-Agent: heapscope/#{Heapscope::VERSION}" if defined?(Heapscope::VERSION)
         headers.each { |k, v| lines << "#{k}: #{v}" }
         lines << "Proxy-Authorization: Basic #{basic_credentials(proxy)}" if proxy&.user && @uri.scheme == "http"
@@ -115,18 +130,28 @@ module Heapscope
           read_chunked(io, buf, deadline)
         elsif (length = fields["content-length"])
           n = /\A\d{1,20}\z/.match?(length) ? length.to_i : raise(ResponseError, "bad Content-Length #{length[0, 40].inspect}")
-          too_large("#{n} bytes, ") if n > @max_body
+          if n > @limit
+            too_large("#{n} bytes, ") if @success
+            n = @limit # an error's reason: its start is enough
+          end
           while buf.bytesize < n
+            check_start(buf)
             next if fill(io, buf, deadline, n - buf.bytesize)
 
             raise ResponseError, "the answer ended after #{buf.bytesize} of its #{n} bytes"
           end
 
+          check_start(buf, whole: true)
           buf.byteslice(0, n)
         else
-          while fill(io, buf, deadline, @max_body + 1 - buf.bytesize)
-            too_large if buf.bytesize > @max_body
+          while fill(io, buf, deadline, @limit + 1 - buf.bytesize)
+            check_start(buf)
+            next unless buf.bytesize > @limit
+            return buf.byteslice(0, @limit) unless @success
+
+            too_large
           end
+          check_start(buf, whole: true)
           buf
         end
       end
@@ -135,6 +160,7 @@ module Heapscope
       def read_chunked(io, buf, deadline)
         body = +"".b
         loop do
+          check_start(body)
           line_end = buf.index("\r\n")
           unless line_end
             raise ResponseError, "a chunk size line of the answer is over 1 KiB" if buf.bytesize > 1024
@@ -145,9 +171,15 @@ module Heapscope
           size = buf.byteslice(0, line_end)[/\A\h{1,15}(?=\s*(;|\z))/] or
             raise ResponseError, "bad chunk size line #{buf.byteslice(0, [line_end, 40].min).inspect}"
           size = size.to_i(16)
-          return body if size.zero?
+          if size.zero?
+            check_start(body, whole: true)
+            return body
+          end
+          if body.bytesize + size > @limit
+            return body unless @success
 
-          too_large if body.bytesize + size > @max_body
+            too_large
+          end
           need = line_end + 2 + size + 2
           while buf.bytesize < need
             fill(io, buf, deadline, need - buf.bytesize) or raise ResponseError, "the answer ended inside a chunk"
@@ -157,8 +189,17 @@ module Heapscope
         end
       end
 
+      # Hands the body's first bytes to check_start once: when START_BYTES are in, or at its end.
+      def check_start(body, whole: false)
+        return if @started || (body.bytesize < START_BYTES && !whole)
+
+        @started = true
+        @check_start.call(body)
+      end
+
       def too_large(size = nil)
-        raise ResponseError, "the answer's body is #{size}over the #{Pprof.size_text(@max_body)} limit"
+        raise ResponseError, "the answer's body is #{size}over the #{Pprof.size_text(@max_body)} limit" \
+                             "#{" (#{@size_flag} SIZE raises it)" if @size_flag}"
       end
 
       # Appends at most max bytes read from io; false at the end of the answer.

@@ -70,7 +70,9 @@ module Heapscope
       def self.expand(args)
         note = nil
         paths = args.flat_map do |a|
-          if File.directory?(a)
+          if ProfileUrl.url?(a)
+            [a] # fetched in the order given (Command#load_profile): the same URL twice is two snapshots
+          elsif File.directory?(a)
             found = begin
               Dir.children(a)
             rescue SystemCallError => e

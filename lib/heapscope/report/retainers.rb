@@ -16,12 +16,11 @@ module Heapscope
                     "from its /debug/pprof/retainers endpoint (the walk pauses that process for up to --time-limit)."
       USAGE = "usage: heapscope retainers URL FILE:LINE [--limit 3] [--time-limit SECONDS] [--keys] [--json] " \
               "[--timeout SECONDS] (token: HEAPSCOPE_HTTP_TOKEN)"
-      TIMEOUT = 30
       # The largest answer read: a walk's report is a few KiB (--limit paths of bounded length).
       MAX_ANSWER = 16 << 20
 
       def defaults
-        { limit: 3, time_limit: "1", timeout: TIMEOUT }
+        { limit: 3, time_limit: "1" } # --timeout: Command's
       end
 
       def options(parser, opts)
@@ -29,15 +28,15 @@ module Heapscope
         parser.on("--time-limit SECONDS", "longest walk, at most 5 (default 1)") { |v| opts[:time_limit] = v }
         parser.on("--json", "print the endpoint's JSON") { opts[:json] = true }
         parser.on("--keys", "show Hash keys (default: their class only, as keys may be data)") { opts[:keys] = true }
-        parser.on("--timeout SECONDS", Float, "longest wait for the whole answer (default #{TIMEOUT})") do |v|
-          raise Error, "--timeout must be a positive number of seconds, got #{v}" unless v.positive? && v.finite?
-
-          opts[:timeout] = v
-        end
       end
 
       def check_args(args)
         super(args, min: 2, max: 2, what: "URL and FILE:LINE")
+      end
+
+      # Its URL is an endpoint to ask, not a profile (Command#profile_urls?).
+      def profile_urls?
+        false
       end
 
       def run(out)

@@ -46,7 +46,24 @@ module Heapscope
       # profile valid UTF-8 (Escape.scrub), so nothing later trips over them.
       def load(path, max_size: nil)
         # share: the reports never change a sample, so equal ones can be one object (Pprof::Decoder).
-        prof = Pprof.read(path, max_size: max_size || Pprof::DEFAULT_MAX_SIZE, share: true)
+        usable(Pprof.read(path, max_size: max_size || Pprof::DEFAULT_MAX_SIZE, share: true), path)
+      rescue Pprof::LimitError => e
+        raise Error, "#{e.message} (--max-size SIZE raises it)"
+      rescue Pprof::DecodeError => e
+        raise Error, e.message
+      end
+
+      # load for a profile's bytes (fetched from a URL: ProfileUrl); messages start with name.
+      def decode(bytes, name, max_size: nil)
+        usable(Pprof.decode(bytes, max_size: max_size || Pprof::DEFAULT_MAX_SIZE, share: true), name)
+      rescue Pprof::LimitError => e
+        raise Error, "#{name}: #{e.message} (--max-size SIZE raises it)"
+      rescue Pprof::DecodeError => e
+        raise Error, "#{name}: #{e.message}"
+      end
+
+      # What load and decode check once the bytes are a profile; path names it in messages.
+      def usable(prof, path)
         n = prof.sample_types.size
         prof.samples.each_with_index do |s, i|
           next if s.values.size == n
@@ -57,10 +74,6 @@ module Heapscope
         # them), so fixing the table in place fixes them all.
         prof.string_table.each { |str| str.replace(Escape.scrub(str)) unless str.valid_encoding? }
         prof
-      rescue Pprof::LimitError => e
-        raise Error, "#{e.message} (--max-size SIZE raises it)"
-      rescue Pprof::DecodeError => e
-        raise Error, e.message
       end
 
       # The sample type a report uses: the one asked for, else the profile's default, else inuse_space,
