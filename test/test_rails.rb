@@ -58,6 +58,9 @@ class TestRails < Minitest::Test
     end
   RUBY
 
+  # The line said when profiling starts (RailsIntegration.started_line).
+  STARTED = /\Aheapscope: profiling this Rails process \(pid \d+\): .* silences this line\n\z/.freeze
+
   def setup
     skip_unless_native
     begin
@@ -126,7 +129,9 @@ class TestRails < Minitest::Test
     assert_includes body, 'href="/debug/pprof/heap?debug=1"'
     status, = raw_request(port, "GET /debug/pprof/heap HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     assert_equal 404, status
-    assert_equal "", File.read(err).lines.grep(/heapscope/).join, "heapscope said something in a good configuration"
+    said = File.read(err).lines.grep(/heapscope/)
+    assert_equal 1, said.grep(STARTED).size, said.join
+    assert_equal [], said.grep_v(STARTED), "heapscope said more than its start line in a good configuration"
   end
 
   def test_every_puma_cluster_worker_profiles_itself_with_and_without_preload
@@ -159,11 +164,13 @@ class TestRails < Minitest::Test
                                          "Rake.application.init('rake', ['assets:precompile'])\n#{boot}")
     # A console, even with puma loaded.
     assert_equal ["false\n", ""], in_app("require 'puma'; require 'puma/launcher'; module Rails; class Console; end; end\n#{boot}")
-    # Puma loaded (Puma::Launcher), no console, no task: a server.
-    assert_equal ["true\n", ""], in_app("require 'puma'; require 'puma/launcher'\n#{boot}")
+    # Puma loaded (Puma::Launcher), no console, no task: a server. Each says so in one line.
+    out, err = in_app("require 'puma'; require 'puma/launcher'\n#{boot}")
+    assert_equal "true\n", out
+    assert_match STARTED, err
     # Asked for: in a runner too, by the setting or by the variable.
-    assert_equal ["true\n", ""], in_app("LeakApp.config.heapscope.enabled = true\n#{boot}")
-    assert_equal ["true\n", ""], in_app(boot, env: { "HEAPSCOPE_ENABLED" => "1" })
+    assert_equal "true\n", in_app("LeakApp.config.heapscope.enabled = true\n#{boot}").first
+    assert_equal "true\n", in_app(boot, env: { "HEAPSCOPE_ENABLED" => "1" }).first
     assert_equal ["false\n", ""], in_app("require 'puma'; require 'puma/launcher'\nLeakApp.config.heapscope.enabled = false\n#{boot}")
     # A pending autoload of a server's constant does not count, and is not loaded to find out.
     assert_equal ["false\nnil\n", ""],
@@ -220,7 +227,25 @@ class TestRails < Minitest::Test
     files = Dir.children(dir)
     assert_equal 1, files.size, files.inspect
     assert_match(/\Ashop-\d+-.*-final\.heap\.pb\.gz\z/, files.first)
-    assert_equal "heapscope: final profile written to #{File.join(dir, files.first)}\n", err
+    assert_equal "heapscope: profiling this Rails process (pid #{err[/pid (\d+)/, 1]}): profiles go to #{dir} every 60 s; " \
+                 "live where config/routes.rb mounts Heapscope::Rack.app (e.g. /debug/pprof/heap). " \
+                 "config.heapscope.quiet = true (HEAPSCOPE_QUIET=1) silences this line\n" \
+                 "heapscope: final profile written to #{File.join(dir, files.first)}\n", err
     assert Heapscope::Pprof.read(File.join(dir, files.first)).samples.any?
+  end
+
+  # Issue 33: under Rails nothing said profiling was on until the process exited. One line says where
+  # profiles go and where to read them live; the setting or the variable silences it.
+  def test_one_line_says_profiling_started_unless_quiet
+    boot = "LeakApp.config.heapscope.enabled = true\n%s\nLeakApp.initialize!\np Heapscope.running?"
+    _, err = in_app(format(boot, "LeakApp.config.heapscope.final = true"))
+    assert_match(/\Aheapscope: profiling this Rails process \(pid \d+\): a final profile goes to #{Regexp.escape(File.join(File.realpath(@tmp), "heapscope-profiles"))} at exit; /, err)
+    assert_equal 1, err.lines.grep(STARTED).size, err
+    port = free_port
+    out, err = in_app(format(boot, "LeakApp.config.heapscope.http = #{port}"))
+    assert_equal "true\n", out
+    assert_includes err, "live at http://127.0.0.1:#{port}/debug/pprof/ (heapscope top http://127.0.0.1:#{port}/debug/pprof/heap)"
+    assert_equal ["true\n", ""], in_app(format(boot, "LeakApp.config.heapscope.quiet = true"))
+    assert_equal ["true\n", ""], in_app(format(boot, ""), env: { "HEAPSCOPE_QUIET" => "1" })
   end
 end

@@ -36,6 +36,7 @@ module Heapscope
       "HEAPSCOPE_CENSUS" => "0 leaves the exact census of the live heap (per type and class totals, about 15 ms per million objects) out of profiles (default 1)",
       "HEAPSCOPE_MAX_LABEL_SETS" => "distinct label sets kept, 1..1000000; past it new ones become \"(other)\" (default 1000)",
       "HEAPSCOPE_LABELS" => "0 stops Rails apps' requests and jobs being labelled endpoint=Controller#action, job=JobClass (default 1)",
+      "HEAPSCOPE_QUIET" => "1 silences the line a Rails app prints when profiling starts (where profiles go, where to read them live); warnings are always printed (default 0)",
       "HEAPSCOPE_DIR" => "write profiles to this directory every HEAPSCOPE_INTERVAL and a final one at exit (unset, with no HEAPSCOPE_HTTP or HEAPSCOPE_PYROSCOPE_URL either: only the final one, in ./#{DEFAULT_DIR})",
       "HEAPSCOPE_INTERVAL" => "seconds between periodic files and Pyroscope pushes, 0.1..86400 (default 60)",
       "HEAPSCOPE_KEEP" => "keep the newest K profile files of the app in HEAPSCOPE_DIR (default 48)",
@@ -87,6 +88,7 @@ module Heapscope
           dumps: p.dumps,
           malloc_stats: p.boolean("HEAPSCOPE_MALLOC_STATS", true),
           labels: p.boolean("HEAPSCOPE_LABELS", true),
+          quiet: p.boolean("HEAPSCOPE_QUIET", false),
         }
         {
           sample_every: ["HEAPSCOPE_SAMPLE_EVERY", 1, INT_MAX],

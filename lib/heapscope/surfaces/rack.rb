@@ -43,9 +43,15 @@ module Heapscope
       "heap" => "live objects by allocation site: inuse_space/inuse_objects (and alloc_* since start)",
       "allocs" => "the same profile with alloc_space as the default sample type: all sampled allocations",
       "memstats" => "where RSS went, as JSON: Ruby object heap, malloc, the profiled objects, the unexplained rest",
-      "retainers" => "who keeps a site's objects alive: ?site=FILE:LINE (paths from a GC root; pauses the application)",
-      "examples" => "what a site's live objects hold: ?site=FILE:LINE (class, size, age and a bounded preview)",
+      "retainers" => "who keeps a site's objects alive: ask for a site, retainers?site=FILE:LINE, or run " \
+                     "heapscope retainers URL FILE:LINE (paths from a GC root; pauses the application)",
+      "examples" => "what a site's live objects hold: ask for a site, examples?site=FILE:LINE (class, size, age " \
+                    "and a bounded preview)",
     }.freeze
+    # What the index links each profile to: a page that answers as it is (200), so the text top lists
+    # for heap and allocs, memstats' JSON, and no link for retainers and examples, which need a site
+    # (400 without).
+    INDEX_LINKS = { "heap" => "?debug=1", "allocs" => "?debug=1", "memstats" => "" }.freeze
 
     # GcLimiter bounds the full GCs that HTTP clients can force: one per interval seconds, counted
     # from the end of the previous forced GC. A GC stops the whole process (0.2-1.4 s at 3M objects),
@@ -309,7 +315,9 @@ module Heapscope
     def index(base)
       base = base.gsub(/[&<>"']/, HTML_ESCAPES)
       rows = PROFILES.map do |name, what|
-        "<tr><td><a href=\"#{base}/#{name}?debug=1\">#{name}</a></td><td>#{what}</td></tr>"
+        query = INDEX_LINKS[name]
+        cell = query ? "<a href=\"#{base}/#{name}#{query}\">#{name}</a>" : name
+        "<tr><td>#{cell}</td><td>#{what.gsub(/[&<>"']/, HTML_ESCAPES)}</td></tr>"
       end
       html = <<~HTML
         <!DOCTYPE html>
@@ -321,7 +329,8 @@ module Heapscope
         process; otherwise the profile is served without one); <code>seconds=N</code> (1..#{MAX_SECONDS})
         returns the change over the next N seconds; <code>debug=1</code> returns a text top list.
         Without <code>debug</code> the response is a gzipped pprof profile:
-        <code>go tool pprof http://HOST:PORT#{base}/heap</code>.</p>
+        <code>go tool pprof http://HOST:PORT#{base}/heap</code> or
+        <code>heapscope top http://HOST:PORT#{base}/heap</code>.</p>
         </body></html>
       HTML
       [200, { "content-type" => "text/html; charset=utf-8", "content-length" => html.bytesize.to_s,

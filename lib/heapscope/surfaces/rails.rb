@@ -55,7 +55,30 @@ module Heapscope
 
         # Error lines name what the user wrote: the setting, or the variable where the environment won.
         names = (env_vars.keys - from_env.keys).to_h { |name| [name, setting_name(name)] }
-        Auto.start(merged, err: err, names: names)
+        started = Auto.start(merged, err: err, names: names)
+        # Under Rails nothing else says profiling is on until the process exits (issue 33).
+        err.puts(started_line) if started && !Auto.config[:quiet]
+        started
+      end
+
+      # The one line said when profiling starts: this process, where its profiles go, where to read
+      # it live, and how to silence the line.
+      def started_line(pid: Process.pid)
+        config = Auto.config
+        parts = []
+        if config[:dir]
+          parts << "profiles go to #{File.expand_path(config[:dir])} every #{format("%g", config[:interval])} s"
+        elsif Auto.writer
+          parts << "a final profile goes to #{Auto.writer.dir} at exit"
+        end
+        parts << "pushed to Pyroscope every #{format("%g", config[:interval])} s" if Auto.pusher
+        parts << if Auto.server
+                   "live at #{Auto.server.url} (heapscope top #{Auto.server.url}heap)"
+                 else
+                   "live where config/routes.rb mounts Heapscope::Rack.app (e.g. /debug/pprof/heap)"
+                 end
+        "heapscope: profiling this Rails process (pid #{pid}): #{parts.join("; ")}. " \
+          "config.heapscope.quiet = true (HEAPSCOPE_QUIET=1) silences this line"
       end
 
       # Whether this process is a server or a job runner, not a console or a rake task. Only
