@@ -2,7 +2,9 @@
 
 # Progress for a long suite (bin/test, issue 12): each test class starts a line naming its file and
 # class, minitest's dots follow on that line, and the class's wall time ends it, so a run that takes
-# minutes shows where it is and which files are slow. Loaded by the Rakefile's test task (ruby -r).
+# minutes shows where it is and which files are slow. At the end, each skipped test says why, one line
+# each: minitest prints skips' reasons only with --verbose, so "3 skips" said nothing (issue 33).
+# Loaded by the Rakefile's test task (ruby -r).
 require "minitest"
 
 module Minitest
@@ -12,6 +14,7 @@ module Minitest
       super()
       @io = io
       @current = nil
+      @skips = []
     end
 
     def prerecord(klass, name)
@@ -26,8 +29,19 @@ module Minitest
       @started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
 
+    def record(result)
+      return unless result.skipped?
+
+      @skips << "#{result.klass}##{result.name}: #{result.failure.message.lines.first.to_s.chomp}"
+    end
+
     def report
       finish_line
+      return if @skips.empty?
+
+      @io.puts("Skipped (#{@skips.size}):")
+      @skips.each { |line| @io.puts("  #{line}") }
+      @io.flush
     end
 
     private
