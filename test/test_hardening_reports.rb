@@ -15,8 +15,10 @@ require "rbconfig"
 require "zlib"
 require "socket"
 require_relative "../bench/many_samples"
+require_relative "support/hostile_server"
 
 class TestHardeningReports < Minitest::Test
+  include HostileServer
   ROOT = File.expand_path("..", __dir__)
   EXE = File.join(ROOT, "exe", "heapscope")
   W = Heapscope::Pprof::Wire::Writer
@@ -218,10 +220,7 @@ class TestHardeningReports < Minitest::Test
     r = heapscope("retainers", chunked, "a.rb:1", timeout: 120)
     assert_equal [0, "ok \\eend\n", ""], [r.status, r.out, r.err]
   ensure
-    @servers&.each do |server, threads|
-      threads.dup.each(&:kill)
-      server.close
-    end
+    stop_hostile_servers
   end
 
   # --- item 10: bad input is exit 2 (or read), never an internal error -----------------------------
@@ -320,30 +319,6 @@ class TestHardeningReports < Minitest::Test
     rss, cpu = File.exist?(probe) ? File.read(probe).split : [0, 0]
     out = stdout ? "" : File.binread(out_path).force_encoding(Encoding::UTF_8)
     Result.new(status.exitstatus, out, File.read(err_path), rss.to_i / 1024, cpu.to_f)
-  end
-
-  # A server on 127.0.0.1 that answers every connection with the block (after reading the request's
-  # first bytes); returns its URL. The test's ensure stops it.
-  def hostile_server(&answer)
-    server = TCPServer.new("127.0.0.1", 0)
-    threads = []
-    threads << Thread.new do
-      loop do
-        client = server.accept
-        threads << Thread.new(client) do |c|
-          c.readpartial(4096)
-          answer.call(c)
-        rescue StandardError
-          nil
-        ensure
-          c.close
-        end
-      end
-    rescue StandardError
-      nil
-    end
-    (@servers ||= []) << [server, threads]
-    "http://127.0.0.1:#{server.addr[1]}"
   end
 
   # gzipped profile.proto of n one-frame samples, all equal (or each with its own inuse_space).

@@ -4,6 +4,7 @@ require_relative "test_http_helper"
 require "stringio"
 require "heapscope/surfaces/http_server"
 require "heapscope/report/cli"
+require_relative "support/hostile_server"
 
 # Issue 33, item 2: top, diff, leaks and flamegraph read http(s) URLs wherever they read a file
 # (lib/heapscope/report/profile_url.rb): against the standalone listener (with and without a token,
@@ -12,6 +13,7 @@ require "heapscope/report/cli"
 # running exe/heapscope, with its peak RSS).
 class TestReportUrls < Minitest::Test
   include SurfacesTestHelper
+  include HostileServer
 
   TOKEN = "url-reader-token-0123456789"
   EXE = File.join(ROOT, "exe", "heapscope")
@@ -23,15 +25,11 @@ class TestReportUrls < Minitest::Test
   def setup
     @tmp = Dir.mktmpdir("heapscope-urls")
     @servers = []
-    @hostile = []
   end
 
   def teardown
     @servers.each(&:stop)
-    @hostile.each do |server, threads|
-      threads.dup.each(&:kill)
-      server.close
-    end
+    stop_hostile_servers
     reap_children
     FileUtils.rm_rf(@tmp)
   end
@@ -219,29 +217,5 @@ class TestReportUrls < Minitest::Test
     Process.kill("KILL", -pid)
     Process.wait(pid)
     flunk "heapscope #{args.join(" ")} did not end in 60 s"
-  end
-
-  # A server on 127.0.0.1 that reads each request's head and answers with the block; returns its URL.
-  def hostile_server(&answer)
-    server = TCPServer.new("127.0.0.1", 0)
-    threads = []
-    threads << Thread.new do
-      loop do
-        client = server.accept
-        threads << Thread.new(client) do |c|
-          request = +""
-          request << c.readpartial(4096) until request.include?("\r\n\r\n")
-          answer.call(c, request)
-        rescue StandardError
-          nil
-        ensure
-          c.close
-        end
-      end
-    rescue IOError
-      nil
-    end
-    @hostile << [server, threads]
-    "http://127.0.0.1:#{server.addr[1]}"
   end
 end
