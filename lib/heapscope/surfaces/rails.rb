@@ -57,8 +57,15 @@ module Heapscope
         names = (env_vars.keys - from_env.keys).to_h { |name| [name, setting_name(name)] }
         started = Auto.start(merged, err: err, names: names)
         # Under Rails nothing else says profiling is on until the process exits (issue 33).
-        err.puts(started_line) if started && !Auto.config[:quiet]
+        announce(err) if started && !Auto.config[:quiet]
         started
+      end
+
+      # A closed or broken stderr must not fail the app's boot over a message.
+      def announce(err)
+        err.puts(started_line)
+      rescue StandardError
+        nil
       end
 
       # The one line said when profiling starts: this process, where its profiles go, where to read
