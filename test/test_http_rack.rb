@@ -110,7 +110,7 @@ class TestHttpRack < Minitest::Test
   end
 
   # Issue 33: the index linked retainers?debug=1, which answers 400 (site is required). Every link
-  # it has answers 200; retainers is explained in text instead.
+  # it has answers 200; retainers and examples are explained in text instead.
   def test_every_link_on_the_index_answers
     links = get("/debug/pprof/").last.join.scan(/href="([^"]*)"/).flatten
     assert_equal %w[/debug/pprof/heap?debug=1 /debug/pprof/allocs?debug=1 /debug/pprof/memstats], links
@@ -118,7 +118,9 @@ class TestHttpRack < Minitest::Test
       path, query = link.split("?", 2)
       assert_equal 200, get(path, query.to_s).first, link
     end
-    assert_includes get("/debug/pprof/").last.join, "retainers?site=FILE:LINE"
+    index = get("/debug/pprof/").last.join
+    assert_includes index, "retainers?site=FILE:LINE"
+    assert_includes index, "examples?site=FILE:LINE"
   end
 
   def test_debug_text_ranks_sites

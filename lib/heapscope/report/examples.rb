@@ -20,7 +20,7 @@ module Heapscope
       DEFAULT_MAX = 5
 
       def defaults
-        { max: DEFAULT_MAX, timeout: TIMEOUT }
+        { max: DEFAULT_MAX } # --timeout: Command's
       end
 
       def options(parser, opts)
@@ -30,11 +30,6 @@ module Heapscope
           opts[:max] = v
         end
         parser.on("--json", "print the endpoint's JSON") { opts[:json] = true }
-        parser.on("--timeout SECONDS", Float, "longest wait for the whole answer (default #{TIMEOUT})") do |v|
-          raise Error, "--timeout must be a positive number of seconds, got #{v}" unless v.positive? && v.finite?
-
-          opts[:timeout] = v
-        end
       end
 
       private

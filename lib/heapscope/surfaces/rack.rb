@@ -45,8 +45,8 @@ module Heapscope
       "memstats" => "where RSS went, as JSON: Ruby object heap, malloc, the profiled objects, the unexplained rest",
       "retainers" => "who keeps a site's objects alive: ask for a site, retainers?site=FILE:LINE, or run " \
                      "heapscope retainers URL FILE:LINE (paths from a GC root; pauses the application)",
-      "examples" => "what a site's live objects hold: ask for a site, examples?site=FILE:LINE (class, size, age " \
-                    "and a bounded preview)",
+      "examples" => "what a site's live objects hold: ask for a site, examples?site=FILE:LINE, or run heapscope " \
+                    "examples URL FILE:LINE (class, size, age and a bounded preview)",
     }.freeze
     # What the index links each profile to: a page that answers as it is (200), so the text top lists
     # for heap and allocs, memstats' JSON, and no link for retainers and examples, which need a site
