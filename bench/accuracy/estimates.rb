@@ -25,7 +25,9 @@ module Accuracy
           file = row["file"].to_s
           next unless files.any? { |f| f.end_with?("/") ? file.start_with?(f) : file == f }
 
-          (sites[Accuracy.site_key(file, row["line"])] ||= {})[type] = [row["flat"], row["relative_error"]]
+          # The estimate itself, not top's display bounded at its class's exact total (flat_estimate
+          # is set only where top bounded it): the bound trades bias for error, and this suite judges bias.
+          (sites[Accuracy.site_key(file, row["line"])] ||= {})[type] = [row["flat_estimate"] || row["flat"], row["relative_error"]]
         end
       end
       [sites, describe]

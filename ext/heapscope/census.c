@@ -159,10 +159,10 @@ const census_total *census_class_total(const census *c, uint32_t class_id) {
   return entry ? &entry->total : NULL;
 }
 
-// Caps value at limit; when capped, scales the variance groups' parts of that value to match, so
-// readers summing parts get the capped value. True when it capped.
+// Sets value to limit when it is over CENSUS_PHANTOM_FACTOR times limit, scaling the variance
+// groups' parts of that value to match, so readers summing parts get the new value. True when it did.
 static bool cap_value(hs_snapshot *s, hs_sample *sample, int value, int64_t limit) {
-  if (sample->values[value] <= limit) return false;
+  if ((double)sample->values[value] <= CENSUS_PHANTOM_FACTOR * (double)limit) return false;
   double factor = sample->values[value] > 0 ? (double)limit / (double)sample->values[value] : 0.0;
   sample->values[value] = limit;
   if (sample->variances[value] > 0) sample->variances[value] = (int64_t)((double)sample->variances[value] * factor * factor);
