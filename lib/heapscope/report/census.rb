@@ -213,7 +213,7 @@ module Heapscope
         unit = data["unit"]
         lines = ["exact totals (census, #{format("%.1f", data["seconds"] * 1000)} ms): #{delimit(data["objects"])} objects, " \
                  "#{Units.bytes(data["bytes"])} in #{delimit(data["classes"])} classes" \
-                 "#{data["bounded_samples"].positive? ? "; #{plural(data["bounded_samples"], "sample")} capped at #{data["bounded_samples"] == 1 ? "its" : "their"} class's exact total when written" : ""}" \
+                 "#{data["bounded_samples"].positive? ? "; #{plural(data["bounded_samples"], "sample")} capped at #{data["bounded_samples"] == 1 ? "its" : "their"} class's exact total when written (over 4x it)" : ""}" \
                  "#{data["ignored_lines"].positive? ? "; #{plural(data["ignored_lines"], "malformed census line")} ignored" : ""}"]
         lines << "  #{data["note"]}" if data["note"]
 
