@@ -13,7 +13,7 @@ class TestCoreCensus < Minitest::Test
     end
   end
 
-  CLASS_LINE = /\Aheapscope census class: objects=(\d+) bytes=(\d+) type=(\w+) name=(.*)\z/.freeze
+  CLASS_LINE = /\Aheapscope census class: objects=(\d+) bytes=(\d+) sq_bytes=\S+ type=(\w+) name=(.*)\z/.freeze
 
   def census_classes(prof)
     prof.comments.filter_map { |c| CLASS_LINE.match(c) }.to_h { |m| [m[4], [Integer(m[1]), Integer(m[2]), m[3]]] }
@@ -35,7 +35,7 @@ class TestCoreCensus < Minitest::Test
     strings = census_classes(prof).fetch("String")
     assert_operator strings[0], :>=, 1234, "the payload Strings are counted"
     summary = prof.comments.grep(/\Aheapscope census: /).first
-    assert_match(/seconds=\d+\.\d{6} objects=\d+ bytes=\d+ classes=\d+ classes_listed=\d+ bounded_samples=\d+\z/, summary)
+    assert_match(/seconds=\d+\.\d{6} objects=\d+ bytes=\d+ classes=\d+ classes_listed=\d+ bounded_samples=\d+ sq_bytes=\d\.\d{6}e\+\d{2}\z/, summary)
     refute_nil keep
   end
 

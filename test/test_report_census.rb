@@ -73,8 +73,8 @@ class TestReportCensus < Minitest::Test
     c = Census.of(example)
     assert_in_delta 0.00421, c.seconds, 1e-9
     assert_equal [200_000, 32 * MIB, 104, 4, 2, 0], [c.objects, c.bytes, c.classes, c.classes_listed, c.bounded_samples, c.min_age]
-    assert_equal ["T_OBJECT", 7, 700], c.class_totals["<anonymous subclass of Foo>"]
-    assert_equal [150_000, 9 * MIB], c.types["T_STRING"]
+    assert_equal ["T_OBJECT", 7, 700, nil], c.class_totals["<anonymous subclass of Foo>"], "no sq_bytes: unknown"
+    assert_equal [150_000, 9 * MIB, nil], c.types["T_STRING"]
     assert_equal 1 * MIB, c.exact("Thread", "inuse_space")
     assert_equal 12, c.exact("Thread", "inuse_objects")
     assert_nil c.exact("Thread", "alloc_space"), "allocations are not what is alive"
@@ -90,7 +90,26 @@ class TestReportCensus < Minitest::Test
                       "heapscope census class: objects=2 bytes=1049424 type=T_DATA name=Thread"])
     refute_nil c
     assert_equal [56_350, 7_396_125, 1, 0], [c.objects, c.bytes, c.bounded_samples, c.min_age]
-    assert_equal ["T_DATA", 2, 1_049_424], c.class_totals["Thread"]
+    assert_equal ["T_DATA", 2, 1_049_424, nil], c.class_totals["Thread"]
+  end
+
+  # The samples' own error cannot see objects no sample found: a class's sum of squared sizes (the
+  # census's sq_bytes) gives the error sampling at 1 in w has over all its objects, (w - 1) x sq_bytes,
+  # and a bytes row takes the larger.
+  def test_unseen_big_objects_widen_the_error_of_what_no_site_saw
+    # 150,000 small Strings (40 bytes) and 100 of 40 KiB; the samples found 150 small ones only.
+    sq = 150_000 * 40.0**2 + 100 * 40_960.0**2
+    census = ["heapscope census: seconds=0.001 objects=150100 bytes=10096000 classes=1 classes_listed=1 " \
+              "bounded_samples=0 sq_bytes=#{format("%.6e", sq)}",
+              "heapscope census type: objects=150100 bytes=10096000 sq_bytes=#{format("%.6e", sq)} name=T_STRING",
+              "heapscope census class: objects=150100 bytes=10096000 sq_bytes=#{format("%.6e", sq)} type=T_STRING name=String"]
+    prof = profile([[A, 150_000, 6_000_000, 999 * 150 * 40.0**2 * 1000, "String"]], census: census)
+    c = Census.of(prof)
+    assert_in_delta sq, c.class_totals["String"][3], sq * 1e-6
+    bytes = c.report(prof, prof.sample_index("inuse_space"))["rows"].find { |r| r["name"] == "String" }
+    assert_in_delta Math.sqrt(999 * sq), bytes["error"], Math.sqrt(999 * sq) * 1e-5
+    objects = c.report(prof, prof.sample_index("inuse_objects"))["rows"].find { |r| r["name"] == "String" }
+    assert_operator objects["error"].to_f, :<, 150_100, "objects keep the samples' own error"
   end
 
   def test_samples_of_classes_the_census_does_not_list_count_under_other_classes

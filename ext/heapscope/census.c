@@ -86,12 +86,16 @@ static int count_page(void *start, void *end, size_t stride, void *data) {
       w->failed = true;
       return 1;
     }
+    double square = (double)bytes * (double)bytes;
     entry->total.objects++;
     entry->total.bytes += bytes;
+    entry->total.sq_bytes += square;
     w->c->types[RB_BUILTIN_TYPE(v)].objects++;
     w->c->types[RB_BUILTIN_TYPE(v)].bytes += bytes;
+    w->c->types[RB_BUILTIN_TYPE(v)].sq_bytes += square;
     w->c->all.objects++;
     w->c->all.bytes += bytes;
+    w->c->all.sq_bytes += square;
   }
   return 0;
 }
@@ -129,6 +133,7 @@ bool census_take(census *c, strtab *strings, uint32_t fixed_size) {
     if (merged > 0 && c->classes[merged - 1].class_id == c->classes[i].class_id) {
       c->classes[merged - 1].total.objects += c->classes[i].total.objects;
       c->classes[merged - 1].total.bytes += c->classes[i].total.bytes;
+      c->classes[merged - 1].total.sq_bytes += c->classes[i].total.sq_bytes;
     } else {
       c->classes[merged++] = c->classes[i];
     }
@@ -280,21 +285,21 @@ char *census_comments(const census *c, const hs_snapshot *snapshot, const strtab
   listed += other_count;
 
   text_buf b = {0};
-  append(&b, "heapscope census: seconds=%.6f objects=%llu bytes=%llu classes=%zu classes_listed=%zu bounded_samples=%u\n",
+  append(&b, "heapscope census: seconds=%.6f objects=%llu bytes=%llu classes=%zu classes_listed=%zu bounded_samples=%u sq_bytes=%.6e\n",
          (double)c->nanos / 1e9, (unsigned long long)c->all.objects, (unsigned long long)c->all.bytes, c->class_count, listed,
-         c->bounded_samples);
+         c->bounded_samples, c->all.sq_bytes);
   for (int t = 0; t <= RUBY_T_MASK; t++) {
     const char *name = type_name(t);
     if (name == NULL || c->types[t].objects == 0) continue;
-    append(&b, "heapscope census type: objects=%llu bytes=%llu name=%s\n", (unsigned long long)c->types[t].objects,
-           (unsigned long long)c->types[t].bytes, name);
+    append(&b, "heapscope census type: objects=%llu bytes=%llu sq_bytes=%.6e name=%s\n", (unsigned long long)c->types[t].objects,
+           (unsigned long long)c->types[t].bytes, c->types[t].sq_bytes, name);
   }
   for (size_t i = 0; i < c->class_count + other_count; i++) {
     const census_class *entry = i < c->class_count ? (sampled[i] ? &c->classes[i] : NULL) : others[i - c->class_count];
     if (entry == NULL) continue;
     const char *type = type_name(entry->type);
-    append(&b, "heapscope census class: objects=%llu bytes=%llu type=%s name=", (unsigned long long)entry->total.objects,
-           (unsigned long long)entry->total.bytes, type ? type : "T_OTHER");
+    append(&b, "heapscope census class: objects=%llu bytes=%llu sq_bytes=%.6e type=%s name=", (unsigned long long)entry->total.objects,
+           (unsigned long long)entry->total.bytes, entry->total.sq_bytes, type ? type : "T_OTHER");
     append_name(&b, strings, entry->class_id);
   }
   free(sampled);

@@ -27,6 +27,11 @@
 
 typedef struct {
   uint64_t objects, bytes;
+  // The sum of the objects' sizes squared: sampling each object with probability 1/w, the estimate of
+  // the total bytes has variance (w - 1) x sq_bytes. That is the variance the samples cannot see when a
+  // class's few big objects went unsampled (their squares dominate it): readers widen the error of what
+  // no site saw with it (docs/reading-profiles.md).
+  double sq_bytes;
 } census_total;
 
 // One class's exact total, keyed by the string id of its name (the samples' class label). Anonymous

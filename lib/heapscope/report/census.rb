@@ -22,9 +22,11 @@ module Heapscope
     # ignored. Profiles without a census (older ones, Go's, deltas) give nil and every report reads as before.
     class Census
       PREFIX = "heapscope census"
-      HEADER = /\Aheapscope census: seconds=(\d{1,20}(?:\.\d{1,20})?) objects=(\d{1,20}) bytes=(\d{1,20}) classes=(\d{1,20}) classes_listed=(\d{1,20}) bounded_samples=(\d{1,20})(?: min_age=(\d{1,20}))?\z/.freeze
-      TYPE = /\Aheapscope census type: objects=(\d{1,20}) bytes=(\d{1,20}) name=(T_[A-Z_]{1,24})\z/.freeze
-      CLASS = /\Aheapscope census class: objects=(\d{1,20}) bytes=(\d{1,20}) type=(T_[A-Z_]{1,24}) name=(.+)\z/.freeze
+      # The sum of the objects' sizes squared (census.h), "%.6e": absent from the first census lines.
+      SQ = "(?: sq_bytes=(\\d\\.\\d{1,6}e[+-]\\d{2,3}))?"
+      HEADER = /\Aheapscope census: seconds=(\d{1,20}(?:\.\d{1,20})?) objects=(\d{1,20}) bytes=(\d{1,20}) classes=(\d{1,20}) classes_listed=(\d{1,20}) bounded_samples=(\d{1,20})(?: min_age=(\d{1,20}))?#{SQ}\z/.freeze
+      TYPE = /\Aheapscope census type: objects=(\d{1,20}) bytes=(\d{1,20})#{SQ} name=(T_[A-Z_]{1,24})\z/.freeze
+      CLASS = /\Aheapscope census class: objects=(\d{1,20}) bytes=(\d{1,20})#{SQ} type=(T_[A-Z_]{1,24}) name=(.+)\z/.freeze
       # The profile's own min_age, in its settings line ("... max_frames=N min_age=N ..."), not the census's.
       MIN_AGE = /\bmin_age=(\d{1,20})(?!\d)/.freeze
       # The writer lists every sampled class plus 40 others; a profile with more census lines than this
@@ -75,13 +77,15 @@ module Heapscope
           if (m = HEADER.match(c))
             header ||= m
           elsif (m = CLASS.match(c))
-            t = @class_totals[m[4]] ||= [m[3], 0, 0]
+            t = @class_totals[m[5]] ||= [m[4], 0, 0, 0.0]
             t[1] += m[1].to_i
             t[2] += m[2].to_i
+            t[3] = m[3] && t[3] ? t[3] + m[3].to_f : nil
           elsif (m = TYPE.match(c))
-            t = @types[m[3]] ||= [0, 0]
+            t = @types[m[4]] ||= [0, 0, 0.0]
             t[0] += m[1].to_i
             t[1] += m[2].to_i
+            t[2] = m[3] && t[2] ? t[2] + m[3].to_f : nil
           else
             @ignored += 1
           end
@@ -91,6 +95,7 @@ module Heapscope
         @seconds = header[1].to_f
         @objects, @bytes, @classes, @classes_listed, @bounded_samples = header[2..6].map(&:to_i)
         @min_age = header[7].to_i
+        @sq_bytes = header[8]&.to_f
         # Listed classes beyond the totals: the lines contradict each other and no row could add up.
         @class_totals.values.sum { |t| t[1] } <= @objects && @class_totals.values.sum { |t| t[2] } <= @bytes
       end
@@ -168,16 +173,19 @@ module Heapscope
 
         width = at_sites.empty? ? 0 : at_sites.first[1].flat.size
         zero = Array.new(width, 0)
-        row = lambda do |label, exact, vectors|
+        floor = census_error(sampling, col)
+        # totals: [objects, bytes, sq_bytes] of the row's objects, exact.
+        row = lambda do |label, totals, vectors|
           sum = zero.dup
           vectors.each { |v| Sites.add(sum, v) }
           at = sum[ti] || 0
+          exact = totals[col - 1]
           { "name" => label, "exact" => exact, "at_sites" => at, "not_seen" => exact - at,
-            "error" => sampling.absolute_error(sum, ti) }
+            "error" => [sampling.absolute_error(sum, ti), floor.call(*totals)].compact.max }
         end
-        listed = @class_totals.map do |c, (type, *exact)|
+        listed = @class_totals.map do |c, (type, *totals)|
           e = at_sites[c]
-          row.call(c, exact[col - 1], e ? [e.flat] : []).merge("type" => type)
+          row.call(c, totals, e ? [e.flat] : []).merge("type" => type)
         end
         listed.sort_by! { |r| [-r["exact"], r["name"]] }
         shown = listed.first(SHOWN) + listed.drop(SHOWN).select { |r| r["not_seen"].negative? }
@@ -186,12 +194,32 @@ module Heapscope
         # of "other classes" too: the rows then add up to the totals, exact and sampled alike.
         unlisted = at_sites.reject { |k, _| k.is_a?(String) && @class_totals.key?(k) }.values.map(&:flat)
         rest_vectors = rest.filter_map { |r| at_sites[r["name"]]&.flat } + unlisted
-        other = row.call(OTHER, total(name) - shown.sum { |r| r["exact"] }, rest_vectors)
+        shown_totals = shown.map { |r| @class_totals[r["name"]].drop(1) }
+        other_sq = @sq_bytes && shown_totals.all? { |t| t[2] } ? [@sq_bytes - shown_totals.sum { |t| t[2] }, 0.0].max : nil
+        other = row.call(OTHER, [@objects - shown_totals.sum { |t| t[0] }, @bytes - shown_totals.sum { |t| t[1] }, other_sq],
+                         rest_vectors)
         other["count"] = @classes - shown.size if @classes >= shown.size
         data["rows"] = shown
         data["other"] = other
         data["types"] = type_rows(at_sites, col, row)
         data
+      end
+
+      # The error the census alone gives what no site saw, as a callable of a row's exact [objects, bytes,
+      # sq_bytes] (nil where unknown or not needed). Sampling each object with probability 1/w, the sites'
+      # sum of a class's bytes has variance (w - 1) x sq_bytes: exact for sampling: always, a lower bound
+      # for windowed sampling (windows add their clustering), and too wide by what objects from before
+      # Heapscope.start add (never sampled, but in the census). The samples' own error misses what the
+      # samples never saw: 100 unsampled 40 KiB Strings beside 150,000 sampled small ones gave +-0.5 MiB
+      # for a remainder 3.4 MiB off (bench/census_coverage.rb). Bytes rows take the larger of the two;
+      # objects rows keep the samples' own (every object counts 1: no unseen giant among them).
+      def census_error(sampling, col)
+        w = [sampling.sample_every, sampling.current_sample_every].compact.max
+        lambda do |_objects, _bytes, sq = nil|
+          next nil unless col == 2 && sq && w && w > 1
+
+          Math.sqrt((w - 1) * sq)
+        end
       end
 
       # One row per builtin type: a type's sites are those of the classes whose line names that type.
@@ -200,7 +228,7 @@ module Heapscope
         @class_totals.each do |c, (type, *)|
           e = at_sites[c] and by_type[type] << e.flat
         end
-        rows = @types.map { |t, exact| row.call(t, exact[col - 1], by_type[t]) }
+        rows = @types.map { |t, totals| row.call(t, totals, by_type[t]) }
         rows.sort_by! { |r| [-r["exact"], r["name"]] }
         rows.first(SHOWN)
       end
