@@ -6,7 +6,7 @@
 #include <ruby/debug.h>
 
 #ifdef HAVE_RB_GC_DISABLE_NO_REST
-VALUE rb_gc_disable_no_rest(void); // exported, declared only in Ruby's internal headers (as in capture.c)
+VALUE rb_gc_disable_no_rest(void); // exported, declared only in Ruby's internal headers (as in windows.c)
 #endif
 
 static VALUE hook;

@@ -1,16 +1,16 @@
-// capture: the allocation hook, from an allocation to a record, and when the hooks are on.
+// capture: a run of the sampler, from Heapscope.start to Heapscope.stop: the facade the bindings use.
 //
-//   allocation --NEWOBJ hook--> countdown hits 0? --no--> return (a decrement and a branch)
+//   allocation --NEWOBJ hook (alloc_hook.h)--> countdown hits 0? --no--> return (a decrement and a branch)
 //                                   | yes: a sample
 //                                   v
 //     rb_profile_frames into a preallocated buffer -> code ids (names.h) -> frame and stack ids
 //     (stacktab) -> class name id -> recorder_track. No Ruby allocation, no raise, no object id.
 //
-// Sampling modes: always (both hooks registered from start to stop) or windowed (schedule.h): the
-// NEWOBJ hook follows a random on/off schedule in time, set at sync points: the ticker thread's postponed
-// jobs (Ruby 3.3+), every GC (inside the holder's dmark, which also registers the GC_END_MARK hook for
-// that GC), and every profile. Between windows no hook is registered at all. Registering mallocs, which
-// inside a GC needs care (capture.c).
+// Sampling modes: always (both hooks registered from start to stop) or windowed: the NEWOBJ hook
+// follows a random on/off schedule in time, set at sync points: the ticker thread's postponed jobs
+// (Ruby 3.3+), every GC (inside the holder's dmark, which also registers the GC_END_MARK hook for that
+// GC), and every profile. Between windows no hook is registered at all. When the hook is on and what a
+// sample weighs is decided by the sampling plan (sampling_plan.h, pure C); windows.h applies it.
 //
 // Sampling happens in the allocating thread; threads registered with capture_exclude_thread (heapscope's
 // own) are left out. Names that need Ruby allocation are read when a profile is built. The GC_END_MARK
@@ -82,14 +82,24 @@ typedef struct {
 void capture_fail(const char *reason);
 // Why capture failed, or NULL.
 const char *capture_failure(void);
+
+// Ractors (ractors.h): the reason capture gives when it switched itself off for a Ractor, or NULL.
+// Cleared by capture_start.
+const char *capture_off_reason(void);
+// Switches capture off for a Ractor (capture_stop, the reason kept). Main Ractor, outside the GC.
+// Returns whether it was running. say: print the one line on stderr (the Ruby layer warns itself).
+bool capture_switch_off_for_ractor(bool say);
+// Main Ractor, outside the GC (API calls): switches capture off if a Ractor was seen or is alive (and on
+// Ruby 3.1 resumes the hooks paused for one that did not come).
+void capture_settle_ractors(void);
 // Checks the recorder's invariants (after a snapshot) and fails capture if one broke.
 void capture_check_invariants(void);
 
-// Windowed sampling needs to register hooks inside the GC, which this Ruby may not allow (capture.c).
+// Windowed sampling needs to register hooks inside the GC, which this Ruby may not allow (windows.c).
 bool capture_windowed_supported(void);
 // Whether windows can change at interrupt checks (the ticker: Ruby 3.3+), not only at GCs and profiles.
 bool capture_windowed_ticker(void);
-// GC.stress was switched (lib/heapscope.rb watches it on Ruby 3.1, see capture.c). Outside the GC.
+// GC.stress was switched (lib/heapscope.rb watches it on Ruby 3.1, see windows.c). Outside the GC.
 void capture_gc_stress_changed(bool on);
 // Outside the GC: counts the GCs that ran without our liveness pass (they make records suspects) and
 // has the recorder check its suspects, so that afterwards every record may be read. Never raises.

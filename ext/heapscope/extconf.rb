@@ -36,7 +36,7 @@ have_func("rb_postponed_job_preregister", "ruby/debug.h")
 have_func("rb_gc_active_gc_name")
 # memsize_of from C; without it sizes are the slot size.
 have_func("rb_obj_memsize_of")
-# Windowed sampling registers its hooks inside the GC (capture.c). Ruby 3.2+ aborts on a malloc during
+# Windowed sampling registers its hooks inside the GC (windows.c). Ruby 3.2+ aborts on a malloc during
 # GC unless GC is disabled; this (exported from 3.2 on where available) disables it without finishing
 # the GC in progress. Ruby 3.1 has no such check and does not export it.
 have_func("rb_gc_disable_no_rest")

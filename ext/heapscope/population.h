@@ -1,4 +1,4 @@
-// population: which heap objects heapscope counts. The sampler draws from them (capture.c) and the
+// population: which heap objects heapscope counts. The sampler draws from them (alloc_hook.c) and the
 // census counts them (census.c), so a profile's samples and its exact totals cover the same objects.
 //
 // Header-only; needs the GVL only to be meaningful (it reads the object's header). Never allocates.

@@ -13,10 +13,12 @@
 //   heapscope loaded, bind_call), is one full GC by the C API (ractor.c leaving single-Ractor mode):
 //   ractors_gc_may_start_one() says this GC may be that one, and capture pauses its hooks in it.
 //
-// What capture does (ractors.c): in another Ractor's context it never registers or samples anything,
-// only notes that it saw one; on the main Ractor's next sync point, job or API call it switches itself
-// off (hooks removed, records freed, one line on stderr); Heapscope.start refuses while other Ractors
-// run, and on Ruby 3.1 once any Ractor was started (the next one would have no GC before its thread).
+// What capture does: in another Ractor's context it never registers or samples anything, only notes that
+// it saw one (ractors_guard, here); on the main Ractor's next sync point, job or API call it switches
+// itself off (capture.c: hooks removed, records freed, one line on stderr); Heapscope.start refuses while
+// other Ractors run, and on Ruby 3.1 once any Ractor was started (the next one would have no GC before
+// its thread). On Ruby 3.1, in a GC that may start one, the hooks are paused (windows.c) until the main
+// Ractor has looked.
 //
 // NOTE: everything here runs with the GVL (of the Ractor it runs in) and never raises. Where a function
 //       may run (a hook, inside the GC, or only in the main Ractor outside the GC) is said with each.
@@ -32,8 +34,10 @@
 #define RACTORS_VM_CRASH 1
 #endif
 
-// Once, from Init, in the main Ractor.
-void ractors_init(void);
+// Once, from Init, in the main Ractor. park is called where the guard first sees another Ractor, in
+// any context (it must allocate nothing: capture parks its countdown); settle runs in the main Ractor at
+// its next interrupt check after that, or after ractors_ask_to_settle (capture switches itself off).
+void ractors_init(void (*park)(void), void (*settle)(void));
 
 // Whether the running code is in the main Ractor. Any context; allocates nothing.
 bool ractors_in_main(void);
@@ -51,16 +55,20 @@ long ractors_count(void);
 // is GC.start's, but 3.4 says it left single-Ractor mode).
 bool ractors_gc_may_start_one(void);
 
-// ---- capture's side (ractors.c, with capture_internal.h) ----
+// ---- The guard (capture's) ----
 
-// The reason capture gives when it switched itself off for a Ractor, or NULL. Cleared by capture_start.
-const char *capture_off_reason(void);
-
-// Switches capture off for a Ractor (capture_stop, the reason kept). Main Ractor, outside the GC.
-// Returns whether it was running. say: print the one line on stderr (the Ruby layer warns itself).
-bool capture_switch_off_for_ractor(bool say);
-
-// Main Ractor, outside the GC (API calls): switches capture off if a Ractor was seen or is alive.
-void capture_settle_ractors(void);
+// In a hook, the GC or a job: whether capture may act here (the main Ractor, no Ractor came since
+// ractors_guard_start). When not, notes it (park, then settle asked for) and returns false. Allocates
+// nothing.
+bool ractors_guard(void);
+// From capture_start: nothing seen yet; whether the process had left single-Ractor mode before.
+void ractors_guard_start(void);
+// Whether the guard has seen another Ractor since start.
+bool ractors_seen(void);
+// Whether a Ractor came since start: the VM left single-Ractor mode since (where it says so).
+bool ractors_multi_since_start(void);
+// Any context: settle runs in the main Ractor at its next interrupt check (a job run by another Ractor
+// does nothing: it checks where it runs).
+void ractors_ask_to_settle(void);
 
 #endif

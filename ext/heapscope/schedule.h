@@ -22,7 +22,7 @@
 // the program runs slower while the hook is on than virtual time charges for: the hook sees fewer
 // allocations than c (on an idle machine about 60-75% as many). Left so, a profile would rest on that
 // share of the samples sample_every asks for. So windows are sampled more densely, by the share of
-// allocations the hook has been seen to miss (schedule_window_every, measured by capture at fixed
+// allocations the hook has been seen to miss (schedule_window_every, measured by the sampling plan at fixed
 // moments, from the past only), and each sample weighs window_every / c, less than sample_every; the
 // weight scale (capture.h) corrects for the allocations missed.
 //
@@ -33,8 +33,8 @@
 // Windows are clusters: the samples of one window come from one stretch of the program, and their
 // survival is correlated. Variance is estimated per window (recorder.c), so error bars count that.
 //
-// Pure C, no Ruby: unit-tested on its own (test/c/test_schedule.c). Not thread-safe: capture.c and the
-// ticker share one schedule under a mutex.
+// Pure C, no Ruby: unit-tested on its own (test/c/test_schedule.c). Not thread-safe: the sampling plan
+// (sampling_plan.h) and the ticker share one schedule under a mutex (windows.c's).
 #ifndef HEAPSCOPE_SCHEDULE_H
 #define HEAPSCOPE_SCHEDULE_H
 

@@ -1,152 +1,170 @@
-// windows: when the allocation hook is on in windowed sampling. The schedule (schedule.h) says when it
-// should be; this file applies that at the sync points it can reach: the ticker thread's postponed jobs
-// (Ruby 3.3+), every GC's marking (where it also registers the GC_END_MARK hook, for that GC only), and
-// every profile. It also measures what an enabled hook costs an allocation, which virtual time leaves
-// out, and turns the hook-on share into the profile's weight scale (capture.h).
-#include <stdio.h>
-#include <stdlib.h>
+// windows.c: the sync points and hook registration (windows.h). Every decision is the plan's
+// (sampling_plan.h): at a sync point it says whether the hook should be on, and this file opens or
+// closes a window by enabling or disabling the NEWOBJ tracepoint.
+//
+// Registering a hook mallocs (Ruby's hook list entry), which inside a GC must not start another GC:
+// Ruby 3.2+ aborts on any malloc during GC unless GC is disabled (rb_gc_disable_no_rest around it), and
+// Ruby 3.1, which lacks that function, starts one past the malloc limit or under GC.stress
+// (may_register_in_gc).
+#include "windows.h"
 
-#include "capture_internal.h"
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <ruby/debug.h>
+#include <ruby/version.h>
+#include <ruby/vm.h>
+
+#include "ractors.h"
 #include "ticker.h"
 
-// The weight scale's bounds (capture_weight_scale).
-#define WEIGHT_SCALE_MIN 0.5
-#define WEIGHT_SCALE_MAX 5.0
+#ifdef HAVE_RB_GC_DISABLE_NO_REST
+VALUE rb_gc_disable_no_rest(void); // exported, declared only in Ruby's internal headers
+#endif
+// Ruby 3.1 has no rb_gc_disable_no_rest: inside the GC a malloc must then stay this far below the
+// malloc limit, or it would start a GC inside the GC (see may_register_in_gc).
+#if !defined(HAVE_RB_GC_DISABLE_NO_REST) && RUBY_API_VERSION_CODE < 30200
+#define MALLOC_LIMIT_GUARD 1
+#define MALLOC_LIMIT_MARGIN (1u << 20)
+#endif
+// Ruby 3.3+ lets any thread ask for a postponed job (rb_postponed_job_trigger): the ticker can then open
+// and close windows at interrupt checks. Ruby 3.1's registration reads the calling thread's execution
+// context, which a native thread has none of, and is not safe against a flush on another thread: there,
+// windows change at GCs (and profiles) only.
+#ifdef HAVE_RB_POSTPONED_JOB_PREREGISTER
+#define TICKER_SYNC 1
+#endif
 
+static struct {
+  sampling_plan *plan;
+  VALUE newobj_hook, gc_hook;
+  void (*ractor_alive)(void);
+  recorder *recorder;     // the run's, NULL between runs
+  bool active;            // between windows_start and windows_stop
+  bool gc_hook_on;        // the GC_END_MARK hook is on
+  bool gc_stress;         // GC.stress is on (Ruby 3.1: nothing is registered inside the GC then)
+  bool gc_stress_polled;  // GC.stress was on when last asked (windows_sync_outside_gc)
+  bool ticker_lost;       // a forked child: the ticker thread is to be started again
+  bool syncing;           // inside sync_point (a GC it starts does not sync again)
+  bool ractor_pause;      // Ruby 3.1: hooks off in a GC that may start a Ractor, until resumed
+  uint32_t last_marking_gc; // rb_gc_count() of the last GC whose marking was handled
+  windows_stats stats;
+} win;
+
+// The chain is shared with the ticker thread under this lock (ticker.h).
+static pthread_mutex_t chain_lock = PTHREAD_MUTEX_INITIALIZER;
+// Whether the NEWOBJ hook is on, for the ticker: atomic.
+static int hook_applied;
+// What an enabled NEWOBJ hook costs one allocation, measured once per process (calibrate_hook_cost).
+static double hook_cost_nanos = -1.0;
+
+static VALUE sym_total_allocated_objects;
 #ifdef MALLOC_LIMIT_GUARD
 static VALUE sym_malloc_increase_bytes, sym_malloc_increase_bytes_limit;
 #endif
-
-uint64_t windows_virtual_now(void) { return capture_now_nanos() - __atomic_load_n(&own_nanos, __ATOMIC_RELAXED); }
-
-// Adds the allocations the hook has counted down since the countdown was last loaded to those it saw
-// (and to those not yet charged), so the countdown left can be kept or replaced.
-static void count_seen_allocations(void) {
-  uint64_t seen = cap.step - cap.countdown;
-  cap.hook_allocations += seen;
-  cap.uncharged_allocations += seen;
-  cap.step = cap.countdown;
-}
-
-// At fixed moments of virtual time (as the schedule's retunes, so when it happens does not depend on
-// the chain), at a sync point outside the GC (GC.stat is not read inside one): the share of allocations
-// the hook has seen so far sets how densely windows are sampled from now on (schedule_window_every).
-// Only the past decides a rate, and each sample carries the weight of the rate it was drawn at, so
-// estimates stay unbiased.
-static void update_density(void) {
-  uint64_t now = windows_virtual_now();
-  if (now < cap.next_density_check) return;
-  while (cap.next_density_check <= now) cap.next_density_check += SCHEDULE_RETUNE_NANOS;
-  // What the open window has seen so far counts now, so the countdown can be drawn anew.
-  if (cap.window_open) count_seen_allocations();
-  size_t vm = capture_vm_allocations() - cap.started_allocations;
-  if (vm == 0 || cap.hook_allocations == 0) return;
-  uint32_t every = cap.budget.current_every;
-  uint32_t before = schedule_window_every(&sched, every, cap.seen_share);
-  cap.seen_share = (double)cap.hook_allocations / (double)vm;
-  // The countdown left was drawn at the old rate; a new one is drawn at the new rate (memoryless: for a
-  // rate that did not change, the same law as going on).
-  if (schedule_window_every(&sched, every, cap.seen_share) != before) capture_draw_countdown();
-}
-
-static void open_window(void) {
-  cap.window_opened_virtual = windows_virtual_now();
-  cap.window_opened_allocations = cap.hook_allocations;
-  cap.window++;
-  cap.window_open = true;
-  __atomic_store_n(&hook_applied, 1, __ATOMIC_RELAXED);
-  cap.stats.windows_opened++;
-  rb_tracepoint_enable(cap.newobj_hook);
-}
-
-// Ends the current window. The countdown keeps what is left of it for the next window: its law is
-// memoryless, so the next window's allocations are sampled as if this one had gone on.
-static void close_window(void) {
-  count_seen_allocations();
-  recorder_close_window(cap.recorder, cap.window, cap.hook_allocations - cap.window_opened_allocations);
-  uint64_t now = windows_virtual_now();
-  cap.closed_windows_virtual += now > cap.window_opened_virtual ? now - cap.window_opened_virtual : 0;
-  cap.window_open = false;
-  __atomic_store_n(&hook_applied, 0, __ATOMIC_RELAXED);
-  rb_tracepoint_disable(cap.newobj_hook);
-  capture_charge(capture_now_nanos());
-}
-
-// A sync point: sets the hook to the schedule's requested state (schedule.h). Inside the GC the
-// caller has made registering safe (it mallocs).
-void windows_sync(void) {
-  // Registering mallocs, which may start a GC whose marking is a sync point too: that one waits.
-  if (cap.syncing) return;
-  cap.syncing = true;
-  // While the ticker runs, the state it requested at its last wake-up (schedule.h says why: applying the
-  // chain's state at this moment would make the moments the hook changes at depend on the chain); without
-  // it (Ruby 3.1, a forked child before its ticker restarts) each sync point reads the chain itself.
-  pthread_mutex_lock(&sched_lock);
-  bool on = ticker_running() ? schedule_requested(&sched) : schedule_request(&sched, windows_virtual_now());
-  pthread_mutex_unlock(&sched_lock);
-  // Under GC.stress (watched on Ruby 3.1 only) every allocation collects: a window would make every
-  // one of them a sampled GC too. Windows stay shut then (a debugging mode: its allocations are missed).
-  if (cap.gc_stress || cap.gc_stress_polled) on = false;
-  if (cap.ractor_pause) on = false; // Ruby 3.1: a Ractor may be starting (ractors.h)
-  if (on && !cap.window_open) open_window();
-  else if (!on && cap.window_open) close_window();
-  cap.syncing = false;
-}
-
 static ID id_stress;
 
+uint64_t windows_vm_allocations(void) { return rb_gc_stat(sym_total_allocated_objects); }
+uint64_t windows_virtual_now(void) { return plan_virtual_now(win.plan, plan_monotonic_nanos()); }
+
+static void set_applied(bool on) { __atomic_store_n(&hook_applied, on ? 1 : 0, __ATOMIC_RELAXED); }
+
+static void open_window(void) {
+  plan_open_window(win.plan, windows_virtual_now());
+  set_applied(true);
+  win.stats.windows_opened++;
+  rb_tracepoint_enable(win.newobj_hook);
+}
+
+// Ends the current window: the recorder counts its allocations into the window's variance group.
+static void close_window(void) {
+  uint64_t allocations = plan_close_window(win.plan, windows_virtual_now());
+  recorder_close_window(win.recorder, win.plan->window, allocations);
+  set_applied(false);
+  rb_tracepoint_disable(win.newobj_hook);
+  uint64_t started = plan_monotonic_nanos();
+  plan_charge(win.plan, started, plan_monotonic_nanos()); // the hook's cost for the allocations it saw
+}
+
+// A sync point: sets the hook to what the plan wants now. Inside the GC the caller has made
+// registering safe (it mallocs).
+static void sync_point(void) {
+  // Registering mallocs, which may start a GC whose marking is a sync point too: that one waits.
+  if (win.syncing) return;
+  win.syncing = true;
+  // Under GC.stress (watched on Ruby 3.1 only) every allocation collects: a window would make every
+  // one of them a sampled GC too. Windows stay shut then (a debugging mode: its allocations are missed),
+  // and while a Ractor may be starting (Ruby 3.1, ractors.h).
+  bool held_shut = win.gc_stress || win.gc_stress_polled || win.ractor_pause;
+  pthread_mutex_lock(&chain_lock);
+  bool on = plan_hook_wanted(win.plan, windows_virtual_now(), ticker_running(), held_shut);
+  pthread_mutex_unlock(&chain_lock);
+  if (on && !win.plan->window_open) open_window();
+  else if (!on && win.plan->window_open) close_window();
+  win.syncing = false;
+}
+
 void windows_sync_outside_gc(void) {
-  // GC.stress makes every allocation collect (windows_sync keeps windows shut then); Ruby 3.1's
+  // GC.stress makes every allocation collect (sync_point keeps windows shut then); Ruby 3.1's
   // lib/heapscope.rb reports it, later Rubies are asked here, outside the GC.
 #ifdef TICKER_SYNC
   // (Ruby 3.1 is told by lib/heapscope.rb instead; a polled value there would go stale between
   // profiles, as GCs cannot poll.)
-  cap.gc_stress_polled = RTEST(rb_funcall(rb_mGC, id_stress, 0));
+  win.gc_stress_polled = RTEST(rb_funcall(rb_mGC, id_stress, 0));
 #endif
-  if (cap.running && !cap.syncing && cap.failure == NULL) update_density(); // (a failure keeps its countdown)
+  // The density check (GC.stat is not read inside a GC); a failure keeps its countdown.
+  if (win.active && !win.syncing && !win.plan->halted) {
+    uint64_t now = windows_virtual_now();
+    if (plan_density_due(win.plan, now)) plan_update_density(win.plan, now, windows_vm_allocations());
+  }
   // Registering mallocs: a GC started in the middle would run its own sync and liveness pass while
   // the hook list is half changed. GC waits instead (where Ruby can disable it without finishing one).
 #ifdef HAVE_RB_GC_DISABLE_NO_REST
   VALUE gc_was_disabled = rb_gc_disable_no_rest();
-  windows_sync();
+  sync_point();
   if (!RTEST(gc_was_disabled)) rb_gc_enable();
 #else
-  windows_sync();
+  sync_point();
 #endif
 }
 
+static bool may_act(void) { return win.active && !win.plan->halted && win.plan->windowed; }
+
 // The postponed job the ticker asks for: a sync point at an interrupt check. Its own cost is heapscope's
-// time, and tells the schedule how long windows must be for syncs to stay cheap.
+// time, and tells the chain how long windows must be for syncs to stay cheap.
 static void sync_job(void *unused) {
   (void)unused;
-  if (!cap.running || cap.failure != NULL || !cap.config.windowed || !capture_ractor_guard()) return;
+  if (!may_act() || !ractors_guard()) return;
   // The ticker's jobs are where a Ractor started behind Ractor.new's back (a captured Method) shows
   // while it runs: Ractor.count, about 0.2 us, at most every ms or so.
   if (ractors_count() > 1) {
-    capture_switch_off_for_ractor(true);
+    win.ractor_alive();
     return;
   }
-  uint64_t started = capture_now_nanos();
-  cap.stats.sync_jobs++;
+  uint64_t started = plan_monotonic_nanos();
+  win.stats.sync_jobs++;
   ticker_stats ts;
   ticker_get_stats(&ts);
   if (ts.last_trigger_nanos != 0 && started > ts.last_trigger_nanos) {
     uint64_t latency = started - ts.last_trigger_nanos;
-    cap.stats.sync_latency_nanos += latency;
-    if (latency > cap.stats.sync_latency_max_nanos) cap.stats.sync_latency_max_nanos = latency;
+    win.stats.sync_latency_nanos += latency;
+    if (latency > win.stats.sync_latency_max_nanos) win.stats.sync_latency_max_nanos = latency;
   }
   windows_sync_outside_gc();
-  uint64_t spent = capture_now_nanos() - started;
-  add_own_nanos(spent);
-  pthread_mutex_lock(&sched_lock);
-  schedule_note_sync_cost(&sched, (double)spent);
-  pthread_mutex_unlock(&sched_lock);
+  uint64_t spent = plan_monotonic_nanos() - started;
+  plan_add_own_nanos(win.plan, spent);
+  pthread_mutex_lock(&chain_lock);
+  schedule_note_sync_cost(&win.plan->chain, (double)spent);
+  pthread_mutex_unlock(&chain_lock);
 }
+
+static void start_ticker(void);
 
 // Starts the ticker again in a forked child (asked for from inside a GC, run at an interrupt check).
 static void restart_job(void *unused) {
   (void)unused;
-  if (cap.running && cap.failure == NULL && cap.config.windowed && cap.ticker_lost && capture_ractor_guard()) windows_start_ticker();
+  if (may_act() && win.ticker_lost && ractors_guard()) start_ticker();
 }
 
 #ifdef TICKER_SYNC
@@ -156,20 +174,20 @@ static void trigger_sync(void) { rb_postponed_job_trigger(sync_job_handle); }
 static bool applied_for_ticker(void) { return __atomic_load_n(&hook_applied, __ATOMIC_RELAXED) != 0; }
 #endif
 
-void windows_start_ticker(void) {
-  cap.ticker_lost = false;
+static void start_ticker(void) {
+  win.ticker_lost = false;
 #ifdef TICKER_SYNC
   if (sync_job_handle == POSTPONED_JOB_HANDLE_INVALID) return;
   ticker_config tc = {
-    .schedule = &sched, .lock = &sched_lock, .virtual_now = windows_virtual_now, .applied = applied_for_ticker,
+    .schedule = &win.plan->chain, .lock = &chain_lock, .virtual_now = windows_virtual_now, .applied = applied_for_ticker,
     .trigger = trigger_sync,
   };
   // Without the thread windows still change at GCs: fewer of them, the same probabilities.
-  if (!ticker_start(&tc)) cap.stats.ticker_failures++;
+  if (!ticker_start(&tc)) win.stats.ticker_failures++;
 #endif
 }
 
-bool capture_windowed_supported(void) {
+bool windows_supported(void) {
 #if defined(HAVE_RB_GC_DISABLE_NO_REST) || RUBY_API_VERSION_CODE < 30200
   return true;
 #else
@@ -177,101 +195,189 @@ bool capture_windowed_supported(void) {
 #endif
 }
 
+bool windows_ticker(void) {
+#ifdef TICKER_SYNC
+  return true;
+#else
+  return false;
+#endif
+}
+
 // Registering a hook mallocs (Ruby's hook list entry). Inside the GC that is safe only if the malloc
-// cannot start another GC: Ruby 3.2+ aborts on it unless GC is disabled (register_in_gc disables it),
-// and on Ruby 3.1 a malloc past the malloc limit, or any malloc under GC.stress, starts a GC, which
+// cannot start another GC: Ruby 3.2+ aborts on it unless GC is disabled (windows_on_gc_marking disables
+// it), and on Ruby 3.1 a malloc past the malloc limit, or any malloc under GC.stress, starts a GC, which
 // inside a GC crashes ("during_gc != 0") when the GC is incremental.
 static bool may_register_in_gc(void) {
 #if defined(HAVE_RB_GC_DISABLE_NO_REST)
   return true;
 #elif defined(MALLOC_LIMIT_GUARD)
-  if (cap.gc_stress) return false;
+  if (win.gc_stress) return false;
   size_t increase = rb_gc_stat(sym_malloc_increase_bytes), limit = rb_gc_stat(sym_malloc_increase_bytes_limit);
   return increase + MALLOC_LIMIT_MARGIN < limit;
 #else
-  return false; // windowed sampling is not supported here (capture_windowed_supported)
+  return false; // windowed sampling is not supported here (windows_supported)
 #endif
 }
 
-// Inside the GC's marking, once per GC (the holder is marked by every GC, minor ones included, because
-// it is not write-barrier protected): registers the GC_END_MARK hook for this GC's liveness pass, and
-// is a sync point for the allocation hook. GC_END_MARK removes itself again (on_gc_end_mark).
+// Once per GC (the holder is marked by every GC, minor ones included, because it is not write-barrier
+// protected). GC_END_MARK removes itself again (windows_gc_end_mark_done).
 void windows_on_gc_marking(void) {
+  if (!win.plan->windowed || win.ractor_pause) return;
   uint32_t gc = (uint32_t)rb_gc_count();
-  if (gc == cap.last_marking_gc) return; // marked again in the same GC (incremental marking's finish)
-  cap.last_marking_gc = gc;
+  if (gc == win.last_marking_gc) return; // marked again in the same GC (incremental marking's finish)
+  win.last_marking_gc = gc;
 #ifdef TICKER_SYNC
-  if (cap.ticker_lost && restart_job_handle != POSTPONED_JOB_HANDLE_INVALID) rb_postponed_job_trigger(restart_job_handle);
+  if (win.ticker_lost && restart_job_handle != POSTPONED_JOB_HANDLE_INVALID) rb_postponed_job_trigger(restart_job_handle);
 #endif
   if (!may_register_in_gc()) {
     // No sync here then: the hook stays as it is until the next sync point (a skipped sync point does
-    // not depend on the schedule, so probabilities stay as they are).
-    cap.stats.gc_registrations_deferred++;
+    // not depend on the chain, so probabilities stay as they are).
+    win.stats.gc_registrations_deferred++;
     return;
   }
 #ifdef HAVE_RB_GC_DISABLE_NO_REST
   VALUE gc_was_disabled = rb_gc_disable_no_rest();
 #endif
-  if (!cap.gc_hook_on) {
-    rb_tracepoint_enable(cap.gc_hook);
-    cap.gc_hook_on = true;
+  if (!win.gc_hook_on) {
+    rb_tracepoint_enable(win.gc_hook);
+    win.gc_hook_on = true;
   }
-  windows_sync();
+  sync_point();
 #ifdef HAVE_RB_GC_DISABLE_NO_REST
   if (!RTEST(gc_was_disabled)) rb_gc_enable();
 #endif
 }
 
+void windows_gc_end_mark_done(void) {
+  // Windowed: registered for this GC only (windows_on_gc_marking). Ruby removes it once the hook returns.
+  if (win.plan->windowed && !win.gc_stress) {
+    rb_tracepoint_disable(win.gc_hook);
+    win.gc_hook_on = false;
+  }
+}
+
 // Registers GC_END_MARK from outside the GC, to stay until a GC_END_MARK after GC.stress is off.
-void windows_keep_gc_hook_registered(void) {
-  if (cap.gc_hook_on) return;
+static void keep_gc_hook_registered(void) {
+  if (win.gc_hook_on) return;
   VALUE gc_was_disabled = rb_gc_disable(); // registering mallocs, and a GC in the middle would be missed
-  rb_tracepoint_enable(cap.gc_hook);
-  cap.gc_hook_on = true;
+  rb_tracepoint_enable(win.gc_hook);
+  win.gc_hook_on = true;
   if (!RTEST(gc_was_disabled)) rb_gc_enable();
 }
 
-void capture_gc_stress_changed(bool on) {
-  cap.gc_stress = on;
+void windows_gc_stress_changed(bool on) {
+  win.gc_stress = on;
   // While GC.stress is on nothing is registered inside the GC, so GC_END_MARK stays registered (from
-  // here, outside the GC) to keep liveness exact; on_gc_end_mark removes it once GC.stress is off.
-  if (on && cap.running && cap.config.windowed) windows_keep_gc_hook_registered();
+  // here, outside the GC) to keep liveness exact; windows_gc_end_mark_done removes it once it is off.
+  if (on && win.active && win.plan->windowed) keep_gc_hook_registered();
 }
 
-double capture_weight_scale_wanted(void) {
-  if (!cap.running || !cap.config.windowed) return 1.0;
-  capture_stats stats;
-  capture_get_stats(&stats);
-  // Before any window has been open, nothing was sampled: any scale will do.
-  if (stats.hook_allocations == 0 || stats.vm_allocations == 0) return 1.0;
-  return stats.share * (double)stats.vm_allocations / (double)stats.hook_allocations;
+static void disable_if_enabled(VALUE tracepoint) {
+  if (RTEST(rb_tracepoint_enabled_p(tracepoint))) rb_tracepoint_disable(tracepoint);
 }
 
-double capture_weight_scale(void) {
-  double scale = capture_weight_scale_wanted();
-  // Bounded, so that no sample stands for more than a few times sample_every: a run with very few
-  // windows measures its realized share badly (one window at start, then none, made one Hash a third
-  // of a profile). Seen in practice: 0.8-2.2 on a loaded machine, 3.2-4.7 in one-second runs on a busy
-  // one (late sync jobs lose windows); beyond the bounds profiles say so (weight_scale_wanted).
-  return scale < WEIGHT_SCALE_MIN ? WEIGHT_SCALE_MIN : scale > WEIGHT_SCALE_MAX ? WEIGHT_SCALE_MAX : scale;
+// Removing hooks mallocs nothing (Ruby frees the entries), so it is safe inside the GC. A window open
+// now stays accounted for: sync_point closes it (ractor_pause keeps it closed).
+void windows_pause_for_ractor(void) {
+  win.ractor_pause = true;
+  if (win.plan->windowed) sync_point();
+  disable_if_enabled(win.newobj_hook);
+  disable_if_enabled(win.gc_hook);
+  win.gc_hook_on = false;
+  plan_stop(win.plan);
+  set_applied(false);
+  win.stats.ractor_pauses++;
 }
+
+// Outside the GC: no Ractor came after all (another C-API GC), so the hooks go back as they were.
+void windows_resume_after_ractor(void) {
+  win.ractor_pause = false;
+  if (win.plan->windowed) {
+    if (win.gc_stress) keep_gc_hook_registered();
+    windows_sync_outside_gc();
+    return;
+  }
+  VALUE gc_was_disabled = rb_gc_disable(); // a GC between the two would have half the hooks
+  rb_tracepoint_enable(win.gc_hook);
+  rb_tracepoint_enable(win.newobj_hook);
+  win.gc_hook_on = true;
+  if (!RTEST(gc_was_disabled)) rb_gc_enable();
+}
+
+bool windows_paused_for_ractor(void) { return win.ractor_pause; }
+
+void windows_start(recorder *r, const plan_config *config, uint64_t seed) {
+  pthread_mutex_lock(&chain_lock);
+  plan_start(win.plan, config, plan_monotonic_nanos(), windows_vm_allocations(), seed);
+  pthread_mutex_unlock(&chain_lock);
+  win.recorder = r;
+  win.ticker_lost = false;
+  win.syncing = false;
+  win.gc_stress_polled = false;
+  win.ractor_pause = false;
+  win.last_marking_gc = (uint32_t)rb_gc_count();
+  memset(&win.stats, 0, sizeof win.stats);
+  win.active = true;
+  if (win.plan->windowed) {
+    // Windows open and close at sync points: now, at GCs (which also register GC_END_MARK each time)
+    // and at the ticker's jobs.
+    win.gc_hook_on = false;
+    if (win.gc_stress) keep_gc_hook_registered(); // see windows_gc_stress_changed
+    windows_sync_outside_gc();
+    start_ticker();
+  } else {
+    rb_tracepoint_enable(win.gc_hook);
+    rb_tracepoint_enable(win.newobj_hook);
+    win.gc_hook_on = true;
+  }
+}
+
+void windows_stop(void) {
+  if (!win.active) return;
+  ticker_stop();
+  disable_if_enabled(win.newobj_hook);
+  disable_if_enabled(win.gc_hook);
+  win.gc_hook_on = false;
+  plan_stop(win.plan);
+  set_applied(false);
+  win.active = false;
+  win.recorder = NULL;
+}
+
+void windows_get_stats(windows_stats *stats) {
+  *stats = win.stats;
+  ticker_stats ts;
+  ticker_get_stats(&ts);
+  stats->ticker_wakeups = ts.wakeups;
+  stats->ticker_triggers = ts.triggers;
+}
+
+void windows_chain_stats(double *share, double *mean_window_nanos, uint64_t *flips, double *requested_share) {
+  pthread_mutex_lock(&chain_lock);
+  *share = win.plan->chain.share;
+  *requested_share = win.active && win.plan->windowed ? schedule_requested_share(&win.plan->chain, windows_virtual_now()) : 1.0;
+  *mean_window_nanos = win.plan->chain.mean_on_nanos;
+  *flips = win.plan->chain.flips;
+  pthread_mutex_unlock(&chain_lock);
+}
+
 static void empty_hook(VALUE tracepoint, void *unused) {
   (void)tracepoint;
   (void)unused;
 }
 
 static uint64_t time_allocations(int n) {
-  uint64_t started = capture_now_nanos();
+  uint64_t started = plan_monotonic_nanos();
   for (int i = 0; i < n; i++) (void)rb_obj_alloc(rb_cObject);
-  return capture_now_nanos() - started;
+  return plan_monotonic_nanos() - started;
 }
 
 // What an enabled NEWOBJ hook adds to one allocation (the VM's slow path and the call), measured once
 // per process: the best of a few rounds with and without an empty hook. Virtual time leaves it out
-// (schedule.h). Under GC.stress every allocation collects, so a fixed estimate is used instead.
-void windows_calibrate_hook_cost(void) {
+// (sampling_plan.h). Under GC.stress every allocation collects, so a fixed estimate is used instead.
+static void calibrate_hook_cost(void) {
   if (hook_cost_nanos >= 0.0) return;
-  if (cap.gc_stress || RTEST(rb_funcall(rb_mGC, rb_intern("stress"), 0))) {
+  if (win.gc_stress || RTEST(rb_funcall(rb_mGC, rb_intern("stress"), 0))) {
     hook_cost_nanos = 100.0;
     return;
   }
@@ -291,29 +397,36 @@ void windows_calibrate_hook_cost(void) {
   hook_cost_nanos = cost > 5000.0 ? 5000.0 : cost;
 }
 
-void capture_estimate(recorder_estimate *e) {
-  capture_stats stats;
-  capture_get_stats(&stats);
-  *e = (recorder_estimate){.scale = capture_weight_scale(), .windowed = cap.running && cap.config.windowed, .share = stats.share};
-  if (e->windowed && cap.window_open) {
-    e->has_open_window = true;
-    e->open_window = cap.window;
-    e->open_allocations = (double)(stats.hook_allocations - cap.window_opened_allocations);
+// Around fork: the chain's lock must not be held by the ticker in the child, which has no ticker.
+static void lock_before_fork(void) { pthread_mutex_lock(&chain_lock); }
+static void unlock_in_parent(void) { pthread_mutex_unlock(&chain_lock); }
+static void reset_in_child(void) {
+  pthread_mutex_unlock(&chain_lock); // held by this thread, the only one left
+  // The child keeps its records (those objects are alive in it too) but must not draw the same
+  // sample positions as its parent. No I/O here: only async-signal-safe calls are allowed after fork.
+  plan_reseed(win.plan, ((uint64_t)getpid() << 17) ^ plan_monotonic_nanos());
+  if (ticker_running()) {
+    ticker_forget_after_fork();
+    win.ticker_lost = win.active;
   }
 }
 
-bool capture_windowed_ticker(void) {
-#ifdef TICKER_SYNC
-  return true;
-#else
-  return false;
-#endif
+static void stop_ticker_at_exit(ruby_vm_t *vm) {
+  (void)vm;
+  ticker_stop();
 }
 
-void windows_init(void) {
+void windows_init(sampling_plan *plan, VALUE newobj_hook, VALUE gc_hook, void (*ractor_alive)(void)) {
+  win.plan = plan;
+  win.newobj_hook = newobj_hook;
+  win.gc_hook = gc_hook;
+  win.ractor_alive = ractor_alive;
+  sym_total_allocated_objects = ID2SYM(rb_intern("total_allocated_objects"));
+  // The first GC.stat call interns Ruby's own key symbols (allocating): here, not inside the GC. (An
+  // unknown key raises, here too: total_allocated_objects is in every GC.stat since 2.1.)
+  (void)rb_gc_stat(sym_total_allocated_objects);
 #ifdef MALLOC_LIMIT_GUARD
-  // Only the Ruby 3.1 path reads these (may_register_in_gc). The first GC.stat call with a key interns
-  // Ruby's own symbols (allocating): here, not inside the GC.
+  // Only the Ruby 3.1 path reads these (may_register_in_gc).
   sym_malloc_increase_bytes = ID2SYM(rb_intern("malloc_increase_bytes"));
   sym_malloc_increase_bytes_limit = ID2SYM(rb_intern("malloc_increase_bytes_limit"));
   (void)rb_gc_stat(sym_malloc_increase_bytes);
@@ -327,4 +440,11 @@ void windows_init(void) {
   (void)sync_job;
   (void)restart_job;
 #endif
+  // Once per process, at load: it allocates (20,000 objects), which inside Heapscope.start would be GCs
+  // the run did not see.
+  calibrate_hook_cost();
+  plan_set_hook_cost(plan, hook_cost_nanos);
+  // The ticker must be gone before the VM it posts jobs to is.
+  ruby_vm_at_exit(stop_ticker_at_exit);
+  pthread_atfork(lock_before_fork, unlock_in_parent, reset_in_child);
 }

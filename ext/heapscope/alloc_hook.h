@@ -1,0 +1,67 @@
+// alloc_hook: the NEWOBJ hook. It counts down, and where the countdown reaches 0 it captures the
+// allocation and hands it to the recorder:
+//
+//   allocation --NEWOBJ hook--> --countdown != 0? --yes--> return (a decrement and a branch)
+//                                   | 0: a sample (weight and cluster from the plan)
+//                                   v
+//     rb_profile_frames into a preallocated buffer -> code ids (names.h) -> frame and stack ids
+//     (stacktab) -> class name id -> label set -> recorder_track. No Ruby allocation, no raise, no
+//     object id, no Ruby code run.
+//
+// It decides nothing about when it is on or what a sample weighs: the countdown and the weights are
+// the sampling plan's (sampling_plan.h), whose one instance lives here so that the hook reads it without
+// an indirection; windows.c registers and removes the tracepoint; capture.c owns the recorder and names.
+//
+// NOTE: every function runs with the GVL held, in the main Ractor, and none raises. alloc_hook_start
+//       mallocs (false when memory is short); the hook itself mallocs only through the tables it interns
+//       into, and drops the sample when they cannot grow.
+#ifndef HEAPSCOPE_ALLOC_HOOK_H
+#define HEAPSCOPE_ALLOC_HOOK_H
+
+#include <ruby.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "labels.h"
+#include "names.h"
+#include "recorder.h"
+#include "sampling_plan.h"
+
+typedef struct {
+  uint64_t samples_taken;     // allocations the countdown picked
+  uint64_t skipped_internal;  // picked, but VM-internal (T_IMEMO and the like): not a Ruby object
+  uint64_t skipped_own;       // picked, but allocated by one of heapscope's own threads
+  uint64_t dropped_no_memory; // picked, but interning its frames or class ran out of memory
+  uint64_t frames_truncated;  // samples whose stack was deeper than max_frames
+} alloc_hook_stats;
+
+// Once, from Init: the tracepoint (not enabled), the label table. A sample's label set is the id in the
+// allocating fiber's local labels_local (capture.h says whose).
+void alloc_hook_init(const char *labels_local);
+// The NEWOBJ tracepoint, for windows.c to enable and disable.
+VALUE alloc_hook_tracepoint(void);
+// The process's one sampling plan.
+sampling_plan *alloc_hook_plan(void);
+
+// Allocates the frame buffers for a run that records into r with names n (both the caller's) and clears
+// the statistics. False when memory is short (nothing kept then).
+bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_threads);
+// Frees the buffers. The caller has removed the tracepoint first.
+void alloc_hook_stop(void);
+// Bytes held by the buffers.
+size_t alloc_hook_memory(void);
+void alloc_hook_get_stats(alloc_hook_stats *stats);
+
+// From the capture's holder, inside the GC's marking: the tracepoint and the excluded threads (pinned:
+// the hook compares thread VALUEs).
+void alloc_hook_mark(void);
+
+// heapscope's own threads: allocations made while one of these is current are never sampled (at most
+// 32; exclude returns false when full).
+bool alloc_hook_exclude_thread(VALUE thread);
+void alloc_hook_include_thread(VALUE thread);
+
+// The process's label sets (capture.h: CAPTURE_LABELS_LOCAL), or NULL when memory was short at load.
+labelsets *alloc_hook_labels(void);
+
+#endif

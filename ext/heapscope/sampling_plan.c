@@ -1,0 +1,193 @@
+#include "sampling_plan.h"
+
+#include <math.h>
+
+void plan_start(sampling_plan *p, const plan_config *config, uint64_t now, uint64_t vm_allocations, uint64_t seed) {
+  p->windowed = config->windowed;
+  p->halted = false;
+  p->window_open = false;
+  sampler_init(&p->sampler, config->sample_every, seed);
+  budget_init(&p->budget, config->max_overhead, config->sample_every, now);
+  uint64_t virtual_now = plan_virtual_now(p, now);
+  schedule_init(&p->chain, config->windowed ? config->window_share : 1.0, config->sample_every, virtual_now,
+                seed ^ 0x2545f4914f6cdd1dull);
+  p->hook_allocations = p->uncharged_allocations = 0;
+  p->last_charged_nanos = now;
+  p->started_allocations = vm_allocations;
+  p->started_virtual = virtual_now;
+  p->closed_windows_virtual = 0;
+  p->seen_share = 0.0;
+  p->next_density_check = virtual_now + SCHEDULE_FIRST_RETUNE_NANOS;
+  plan_draw(p);
+}
+
+void plan_stop(sampling_plan *p) { p->window_open = false; }
+
+void plan_set_hook_cost(sampling_plan *p, double nanos) { p->hook_cost_nanos = nanos; }
+
+void plan_park(sampling_plan *p) { p->countdown = UINT64_MAX; }
+
+void plan_halt(sampling_plan *p) {
+  p->halted = true;
+  plan_park(p);
+}
+
+void plan_reseed(sampling_plan *p, uint64_t mix) {
+  uint64_t seed = sampler_random(&p->sampler) ^ mix;
+  sampler_init(&p->sampler, p->sampler.sample_every, seed);
+  sampler_init(&p->chain.random, 2, seed ^ 0x5851f42d4c957f2dull);
+}
+
+// ---- Time ----
+
+uint64_t plan_virtual_now(const sampling_plan *p, uint64_t now) { return now - __atomic_load_n(&p->own_nanos, __ATOMIC_RELAXED); }
+
+void plan_add_own_nanos(sampling_plan *p, uint64_t nanos) { __atomic_fetch_add(&p->own_nanos, nanos, __ATOMIC_RELAXED); }
+
+// The hook's part is an estimate (allocations x the cost measured at load), and it is never charged more
+// than half of the rest of the time since the last charge: an estimate too high (measured on a busy
+// machine: 182 ns for about 40) would otherwise stop virtual time while the hook is on, so the chain
+// could never flip off and the window stayed open for 97% of allocations.
+void plan_charge(sampling_plan *p, uint64_t started, uint64_t now) {
+  uint64_t work = now - started;
+  double hook = p->uncharged_allocations * (p->hook_cost_nanos > 0 ? p->hook_cost_nanos : 0.0);
+  uint64_t since = p->last_charged_nanos != 0 && now > p->last_charged_nanos ? now - p->last_charged_nanos : 0;
+  double rest = since > work ? (double)(since - work) : 0.0;
+  if (hook > 0.5 * rest) hook = 0.5 * rest;
+  p->uncharged_allocations = 0;
+  p->last_charged_nanos = now;
+  plan_add_own_nanos(p, work + (uint64_t)hook);
+  budget_spend(&p->budget, work, now);
+}
+
+// ---- The hook: countdowns and weights ----
+
+// A weight as a whole number: w itself when it is one, else floor(w) or floor(w) + 1 at random, with the
+// mean w, so that estimates stay unbiased (a weight's rounding adds a variance of at most 1/4).
+static uint32_t whole_weight(sampling_plan *p, double w) {
+  if (!(w < 4294967295.0)) return UINT32_MAX;
+  double whole = round(w);
+  if (fabs(w - whole) < 1e-6 * w) return whole < 1.0 ? 1u : (uint32_t)whole;
+  double below = floor(w);
+  uint32_t weight = (uint32_t)below + (sampler_uniform(&p->sampler) < w - below ? 1u : 0u);
+  return weight < 1u ? 1u : weight;
+}
+
+// Always: 1 in the budget's rate, each sample weighing that. Windowed: the rate inside windows is 1 /
+// share times that, and denser still where late sync points lost windows (schedule_window_every); a
+// sample weighs what its in-window rate makes it (schedule_weight). The chain's share never changes after
+// schedule_init, so it is read here without the ticker's lock.
+void plan_draw(sampling_plan *p) {
+  if (p->halted) return;
+  uint32_t every = p->budget.current_every;
+  if (!p->windowed) {
+    sampler_set_every(&p->sampler, every);
+    p->draw_weight = every;
+  } else {
+    uint32_t in_window = schedule_window_every(&p->chain, every, p->seen_share);
+    sampler_set_every(&p->sampler, in_window);
+    p->draw_weight = whole_weight(p, schedule_weight(&p->chain, in_window));
+  }
+  p->step = p->countdown = sampler_next_countdown(&p->sampler);
+}
+
+uint32_t plan_sampled(sampling_plan *p) {
+  p->hook_allocations += p->step;
+  p->uncharged_allocations += p->step;
+  return p->draw_weight;
+}
+
+// Always-on sampling draws every allocation independently: each sample is a cluster of its own.
+uint32_t plan_cluster(sampling_plan *p) {
+  if (!p->windowed) p->window++;
+  return p->window;
+}
+
+// ---- Windows ----
+
+// Adds the allocations the hook has counted down since the countdown was last loaded to those it saw
+// (and to those not yet charged), so the countdown left can be kept or replaced.
+static void count_seen_allocations(sampling_plan *p) {
+  uint64_t seen = p->step - p->countdown;
+  p->hook_allocations += seen;
+  p->uncharged_allocations += seen;
+  p->step = p->countdown;
+}
+
+bool plan_hook_wanted(sampling_plan *p, uint64_t virtual_now, bool ticker_runs, bool held_shut) {
+  // While the ticker runs, the state it requested at its last wake-up (applying the chain's state at this
+  // moment would make the moments the hook changes at depend on the chain); without it (Ruby 3.1, a
+  // forked child before its ticker restarts) each sync point reads the chain itself.
+  bool on = ticker_runs ? schedule_requested(&p->chain) : schedule_request(&p->chain, virtual_now);
+  return on && !held_shut;
+}
+
+void plan_open_window(sampling_plan *p, uint64_t virtual_now) {
+  p->window_opened_virtual = virtual_now;
+  p->window_opened_allocations = p->hook_allocations;
+  p->window++;
+  p->window_open = true;
+}
+
+uint64_t plan_close_window(sampling_plan *p, uint64_t virtual_now) {
+  count_seen_allocations(p);
+  p->closed_windows_virtual += virtual_now > p->window_opened_virtual ? virtual_now - p->window_opened_virtual : 0;
+  p->window_open = false;
+  return p->hook_allocations - p->window_opened_allocations;
+}
+
+bool plan_density_due(const sampling_plan *p, uint64_t virtual_now) { return virtual_now >= p->next_density_check; }
+
+// Only the past decides a rate, and each sample carries the weight of the rate it was drawn at, so
+// estimates stay unbiased.
+void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations) {
+  while (p->next_density_check <= virtual_now) p->next_density_check += SCHEDULE_RETUNE_NANOS;
+  // What the open window has seen so far counts now, so the countdown can be drawn anew.
+  if (p->window_open) count_seen_allocations(p);
+  uint64_t vm = vm_allocations - p->started_allocations;
+  if (vm == 0 || p->hook_allocations == 0) return;
+  uint32_t every = p->budget.current_every;
+  uint32_t before = schedule_window_every(&p->chain, every, p->seen_share);
+  p->seen_share = (double)p->hook_allocations / (double)vm;
+  // The countdown left was drawn at the old rate; a new one is drawn at the new rate (memoryless: for a
+  // rate that did not change, the same law as going on).
+  if (schedule_window_every(&p->chain, every, p->seen_share) != before) plan_draw(p);
+}
+
+// ---- What the profile reads ----
+
+uint64_t plan_vm_allocations(const sampling_plan *p, uint64_t vm_allocations) { return vm_allocations - p->started_allocations; }
+
+uint64_t plan_hook_allocations(const sampling_plan *p, uint64_t vm) {
+  if (!p->windowed) return vm;
+  return p->hook_allocations + (p->window_open ? p->step - p->countdown : 0);
+}
+
+double plan_realized_share(const sampling_plan *p, uint64_t virtual_now) {
+  if (!p->windowed) return 1.0;
+  uint64_t on = p->closed_windows_virtual;
+  if (p->window_open && virtual_now > p->window_opened_virtual) on += virtual_now - p->window_opened_virtual;
+  return virtual_now > p->started_virtual ? (double)on / (double)(virtual_now - p->started_virtual) : 0.0;
+}
+
+uint64_t plan_open_window_allocations(const sampling_plan *p, uint64_t vm) {
+  if (!p->windowed || !p->window_open) return 0;
+  return plan_hook_allocations(p, vm) - p->window_opened_allocations;
+}
+
+double plan_weight_scale_wanted(const sampling_plan *p, uint64_t vm) {
+  if (!p->windowed) return 1.0;
+  uint64_t hook = plan_hook_allocations(p, vm);
+  // Before any window has been open, nothing was sampled: any scale will do.
+  if (hook == 0 || vm == 0) return 1.0;
+  return p->chain.share * (double)vm / (double)hook;
+}
+
+// Bounded, so that no sample stands for more than a few times sample_every: a run with very few windows
+// measures its realized share badly (one window at start, then none, made one Hash a third of a profile).
+// Seen in practice: 0.8-2.2 on a loaded machine, 3.2-4.7 in one-second runs on a busy one (late sync
+// jobs lose windows); beyond the bounds profiles say so (weight_scale_wanted).
+double plan_weight_scale(const sampling_plan *p, uint64_t vm) {
+  double scale = plan_weight_scale_wanted(p, vm);
+  return scale < PLAN_WEIGHT_SCALE_MIN ? PLAN_WEIGHT_SCALE_MIN : scale > PLAN_WEIGHT_SCALE_MAX ? PLAN_WEIGHT_SCALE_MAX : scale;
+}

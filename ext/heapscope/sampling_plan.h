@@ -1,0 +1,155 @@
+// sampling_plan: the one place that decides when the allocation hook is on and what a sample weighs.
+//
+// Two questions make an estimate unbiased, and both are answered here, from numbers the caller hands in
+// (times, allocation counts), never from Ruby:
+// - When is the hook on? Always (sampling: :always), or in windows (the default): the chain
+//   (schedule.h) says when a window should be open; plan_hook_wanted turns that, at a sync point, into
+//   "open", "close" or "leave"; plan_open_window / plan_close_window keep the windows' accounting
+//   (numbers, virtual time open, allocations seen).
+// - What does a sample weigh? Inside the hook a countdown (sampler.h, geometric) picks the allocations
+//   sampled; plan_draw loads it at the rate in force (the budget's, budget.h; windowed: denser by 1 /
+//   share, denser still where windows were lost, plan_update_density) and fixes the weight of the sample
+//   at its end. The weight scale (plan_weight_scale) corrects every value of a profile for the share of
+//   allocations the hook really saw.
+//
+// Virtual time is monotonic time minus heapscope's own work (own_nanos, plan_charge), which happens only
+// while the hook is on and would otherwise stretch windows over less of the program (schedule.h).
+//
+// Who calls what: the NEWOBJ hook (alloc_hook.c) decrements `countdown` and, at 0, calls plan_sampled,
+// plan_charge and plan_draw; windows.c calls the rest at sync points and registers or removes the hook
+// as told; capture.c starts the plan and reads its statistics.
+//
+// Pure C, no Ruby: unit-tested on its own (test/c/test_sampling_plan.c). Not thread-safe: every function
+// runs with the GVL held (one plan per process), except that the ticker thread shares `chain` under the
+// caller's lock (functions marked [chain] must be called with that lock held) and reads own_nanos
+// (atomic). Nothing here allocates or fails.
+#ifndef HEAPSCOPE_SAMPLING_PLAN_H
+#define HEAPSCOPE_SAMPLING_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "budget.h"
+#include "sampler.h"
+#include "schedule.h"
+
+// The weight scale's bounds (plan_weight_scale).
+#define PLAN_WEIGHT_SCALE_MIN 0.5
+#define PLAN_WEIGHT_SCALE_MAX 5.0
+
+typedef struct {
+  uint32_t sample_every; // the rate sought overall (1 in N)
+  double max_overhead;   // the adaptive budget (budget.h); <= 0: always sample_every
+  bool windowed;         // windows (schedule.h); else the hook is on for every allocation
+  double window_share;   // windowed: the share of time the hook is on, e.g. 0.04
+} plan_config;
+
+typedef struct {
+  // The hook's: allocations left until the next sample (its only work is a decrement), and what that
+  // sample weighs. UINT64_MAX: parked (plan_park), the hook does nothing more.
+  uint64_t countdown;
+  uint32_t draw_weight;
+  bool halted;     // plan_halt: parked for good, until the next plan_start
+  uint64_t step;   // what countdown was last loaded with: step - countdown have been counted down since
+  uint32_t window; // the current window's number: a sample's cluster (each sample's own when always)
+  bool windowed;
+  bool window_open; // windowed: the hook is on (as last applied by plan_open_window / plan_close_window)
+  sampler sampler;  // the countdowns' random numbers (and weights' rounding)
+  budget budget;
+  schedule chain;   // [chain] when a window should be open; shared with the ticker under the caller's lock
+
+  uint64_t own_nanos;       // heapscope's own time, left out of virtual time: atomic (the ticker reads it)
+  double hook_cost_nanos;   // an enabled hook's cost per allocation (measured once per process; < 0: not yet)
+  uint64_t hook_allocations;      // allocations the hook has seen, up to the last countdown load or close
+  uint64_t uncharged_allocations; // of which not yet charged to own_nanos
+  uint64_t last_charged_nanos;    // monotonic time of the last charge
+  uint64_t started_allocations;   // the VM's allocation count at plan_start
+  uint64_t started_virtual;       // virtual time at plan_start
+  uint64_t window_opened_virtual; // virtual time the current window opened
+  uint64_t window_opened_allocations; // hook_allocations when it opened
+  uint64_t closed_windows_virtual;    // virtual time the closed windows were open for
+  double seen_share;              // the share of allocations the hook had seen at the last density check
+  uint64_t next_density_check;    // virtual time of the next (plan_density_due)
+} sampling_plan;
+
+// ---- Lifecycle ----
+
+// [chain] Prepares p for a run from monotonic time now, with the VM's allocation count vm_allocations,
+// and draws the first countdown. Keeps own_nanos and hook_cost_nanos (process-wide, they outlive runs).
+void plan_start(sampling_plan *p, const plan_config *config, uint64_t now, uint64_t vm_allocations, uint64_t seed);
+// The run ends: a window still open is dropped with it (not counted as closed).
+void plan_stop(sampling_plan *p);
+// Once per process: what an enabled NEWOBJ hook costs one allocation (charged to own time).
+void plan_set_hook_cost(sampling_plan *p, double nanos);
+// The hook does nothing more (countdown parked) until the next plan_start or plan_draw.
+void plan_park(sampling_plan *p);
+// The fail-safe (capture.h): parked, and plan_draw leaves it parked, until the next plan_start.
+void plan_halt(sampling_plan *p);
+// [chain] In a forked child: new random numbers for the countdowns and the chain, from the parent's
+// next one mixed with mix (the child must not sample where its parent does). Async-signal-safe.
+void plan_reseed(sampling_plan *p, uint64_t mix);
+
+// ---- Time ----
+
+// Monotonic nanoseconds: the clock own time and virtual time are measured on. Any thread.
+static inline uint64_t plan_monotonic_nanos(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// Virtual nanoseconds at monotonic time now. Any thread (atomic).
+uint64_t plan_virtual_now(const sampling_plan *p, uint64_t now);
+// Adds heapscope's own work to own_nanos (left out of virtual time). Only under the GVL.
+void plan_add_own_nanos(sampling_plan *p, uint64_t nanos);
+// Charges heapscope's own time: work from started to now, plus what the hook cost the allocations it saw
+// since the last charge (the measured cost, never more than half the rest of the time since the last
+// charge: an estimate too high would stop virtual time with the window open). Work also counts against
+// the budget, which may change the rate (from the next plan_draw on).
+void plan_charge(sampling_plan *p, uint64_t started, uint64_t now);
+
+// ---- The hook: countdowns and weights ----
+
+// Loads the countdown to the next sample at the rate in force and fixes that sample's weight (none
+// after plan_halt).
+void plan_draw(sampling_plan *p);
+// The countdown reached 0: its allocations count as seen (and uncharged). Returns the sample's weight.
+uint32_t plan_sampled(sampling_plan *p);
+// A sample is recorded: its cluster (always: a new one per sample; windowed: the open window).
+uint32_t plan_cluster(sampling_plan *p);
+
+// ---- Windows (sync points) ----
+
+// [chain] At a sync point: whether the hook should be on. ticker_runs: apply the state the ticker
+// requested at its last wake-up (schedule.h says why), else read the chain now. held_shut: the caller
+// must keep the hook off here whatever the chain says (GC.stress, a Ractor may be starting).
+bool plan_hook_wanted(sampling_plan *p, uint64_t virtual_now, bool ticker_runs, bool held_shut);
+// A window opens at virtual time now: a new number (cluster).
+void plan_open_window(sampling_plan *p, uint64_t virtual_now);
+// The open window ends at virtual time now; returns the allocations the hook saw in it (the recorder's
+// variance group needs them). The countdown keeps what is left for the next window (memoryless).
+uint64_t plan_close_window(sampling_plan *p, uint64_t virtual_now);
+// Whether a density check is due at virtual time now: at fixed moments (as the chain's retunes, so when
+// it happens does not depend on the chain), then plan_update_density with the VM's allocation count.
+bool plan_density_due(const sampling_plan *p, uint64_t virtual_now);
+// The share of allocations the hook has seen so far sets how densely windows are sampled from now on
+// (schedule_window_every); a changed rate draws the countdown anew.
+void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations);
+
+// ---- What the profile reads ----
+
+// Allocations the VM made since plan_start, given its count now.
+uint64_t plan_vm_allocations(const sampling_plan *p, uint64_t vm_allocations);
+// Allocations the hook saw since plan_start (all of vm when not windowed), the open window's included.
+uint64_t plan_hook_allocations(const sampling_plan *p, uint64_t vm);
+// The share of virtual time a window was open since plan_start (1 when always).
+double plan_realized_share(const sampling_plan *p, uint64_t virtual_now);
+// Allocations the hook saw in the window still open (0 when none).
+uint64_t plan_open_window_allocations(const sampling_plan *p, uint64_t vm);
+// What every weight is multiplied by in a profile: the share of time meant for the hook over the share of
+// allocations it really saw (capture.h says why). 1 when always, or before any window; wanted: unbounded.
+double plan_weight_scale_wanted(const sampling_plan *p, uint64_t vm);
+double plan_weight_scale(const sampling_plan *p, uint64_t vm);
+
+#endif

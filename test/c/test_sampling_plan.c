@@ -1,0 +1,227 @@
+// Unit tests for ext/heapscope/sampling_plan.c: the countdown's weights (always, windowed, denser where
+// windows were lost, rounded at random with the right mean), the windows' accounting (allocations seen,
+// virtual time open, clusters), the weight scale and its bounds, own time and its cap, the density
+// check's moments, and the fail-safe's park. All times are handed in: no clock, no Ruby.
+//
+// The statistical check allows 5 standard errors: it fails by chance with probability below 1e-6.
+#include "../../ext/heapscope/sampling_plan.h"
+#include "check.h"
+
+#include <math.h>
+#include <string.h>
+
+static const uint64_t MS = 1000000ull;
+
+static void start(sampling_plan *p, uint32_t every, bool windowed, uint64_t now, uint64_t vm) {
+  memset(p, 0, sizeof *p);
+  p->hook_cost_nanos = -1.0;
+  plan_config c = {.sample_every = every, .max_overhead = 0.0, .windowed = windowed, .window_share = 0.04};
+  plan_start(p, &c, now, vm, 42);
+}
+
+// Counts n allocations down in the hook (as alloc_hook.c does), sampling where the countdown hits 0.
+// Returns the sum of the samples' weights.
+static uint64_t allocate(sampling_plan *p, uint64_t n, uint64_t *samples) {
+  uint64_t weights = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    if (--p->countdown != 0) continue;
+    weights += plan_sampled(p);
+    (void)plan_cluster(p);
+    if (samples) (*samples)++;
+    plan_draw(p);
+  }
+  return weights;
+}
+
+static void test_always_weighs_sample_every_and_clusters_each_sample(void) {
+  sampling_plan p;
+  start(&p, 100, false, 1000, 5000);
+  CHECK_EQ_U64(p.draw_weight, 100);
+  CHECK_EQ_U64(p.step, p.countdown);
+  CHECK(p.countdown >= 1);
+  uint32_t before = p.window;
+  uint64_t samples = 0;
+  uint64_t weights = allocate(&p, 1000000, &samples);
+  CHECK_EQ_U64(weights, samples * 100);
+  CHECK_EQ_U64(p.window - before, samples); // each sample a cluster of its own
+  // About 10,000 samples: within 5 standard errors of the expected count.
+  CHECK(fabs((double)samples - 10000.0) < 5 * sqrt(10000.0));
+  // Always on: the hook saw every allocation, nothing to scale, the whole time open.
+  CHECK_EQ_U64(plan_hook_allocations(&p, 777), 777);
+  CHECK(plan_weight_scale(&p, 777) == 1.0);
+  CHECK(plan_realized_share(&p, 9999) == 1.0);
+  CHECK_EQ_U64(plan_vm_allocations(&p, 6000), 1000);
+}
+
+static void test_sample_every_one_samples_everything(void) {
+  sampling_plan p;
+  start(&p, 1, false, 0, 0);
+  uint64_t samples = 0;
+  CHECK_EQ_U64(allocate(&p, 1000, &samples), 1000);
+  CHECK_EQ_U64(samples, 1000);
+}
+
+// Windowed: the in-window rate is share * sample_every, each sample weighs sample_every, and a window's
+// allocations are what the hook counted down while it was open, the countdown carrying over.
+static void test_windows_count_what_the_hook_saw(void) {
+  sampling_plan p;
+  start(&p, 1000, true, 0, 0);
+  CHECK_EQ_U64(p.sampler.sample_every, 40);
+  CHECK_EQ_U64(p.draw_weight, 1000);
+  CHECK(!p.window_open);
+  CHECK(plan_weight_scale(&p, 100) == 1.0); // nothing seen yet: any scale will do
+  plan_open_window(&p, 10 * MS);
+  uint32_t first = p.window;
+  CHECK(p.window_open);
+  uint64_t samples = 0;
+  uint64_t weights = allocate(&p, 5000, &samples);
+  CHECK_EQ_U64(weights, samples * 1000);
+  CHECK_EQ_U64(plan_hook_allocations(&p, 0), 5000);          // the open window's part counts
+  CHECK_EQ_U64(plan_open_window_allocations(&p, 0), 5000);
+  uint64_t left = p.countdown;
+  CHECK_EQ_U64(plan_close_window(&p, 14 * MS), 5000);
+  CHECK(!p.window_open);
+  CHECK_EQ_U64(p.countdown, left); // memoryless: the next window goes on with what is left
+  CHECK_EQ_U64(plan_open_window_allocations(&p, 0), 0);
+  // Open 4 ms of the 20 since start.
+  CHECK(fabs(plan_realized_share(&p, 20 * MS) - 0.2) < 1e-12);
+  plan_open_window(&p, 30 * MS);
+  CHECK_EQ_U64(p.window, first + 1);
+  allocate(&p, 300, NULL);
+  CHECK(plan_cluster(&p) == first + 1); // windowed: the samples of one window share its number
+  CHECK_EQ_U64(plan_close_window(&p, 31 * MS), 300);
+  CHECK_EQ_U64(plan_hook_allocations(&p, 0), 5300);
+}
+
+// The weight scale: share x (VM's allocations) / (hook's), bounded to [0.5, 5]; the wanted one not.
+static void test_weight_scale(void) {
+  sampling_plan p;
+  start(&p, 1000, true, 0, 1000);
+  plan_open_window(&p, 0);
+  allocate(&p, 2000, NULL);
+  plan_close_window(&p, MS);
+  CHECK(fabs(plan_weight_scale_wanted(&p, 100000) - 2.0) < 1e-12); // 0.04 x 100000 / 2000
+  CHECK(fabs(plan_weight_scale(&p, 100000) - 2.0) < 1e-12);
+  CHECK(fabs(plan_weight_scale_wanted(&p, 1000000) - 20.0) < 1e-12);
+  CHECK(plan_weight_scale(&p, 1000000) == PLAN_WEIGHT_SCALE_MAX);
+  CHECK(fabs(plan_weight_scale_wanted(&p, 10000) - 0.2) < 1e-12);
+  CHECK(plan_weight_scale(&p, 10000) == PLAN_WEIGHT_SCALE_MIN);
+}
+
+// At fixed moments (50 ms after start, then every 0.5 s) the share of allocations seen sets a denser
+// in-window rate; its samples weigh less, at random around their exact weight, with that mean.
+static void test_density_check_makes_windows_denser(void) {
+  sampling_plan p;
+  start(&p, 333, true, 0, 0); // in-window 1 in 13, share 13/333
+  CHECK(!plan_density_due(&p, 49 * MS));
+  CHECK(plan_density_due(&p, 50 * MS));
+  plan_open_window(&p, 0);
+  allocate(&p, 300, NULL);
+  plan_update_density(&p, 50 * MS, 10000); // the hook saw 3% of 10,000
+  CHECK(fabs(p.seen_share - 0.03) < 1e-12);
+  CHECK(!plan_density_due(&p, 549 * MS));
+  CHECK(plan_density_due(&p, 550 * MS));
+  CHECK_EQ_U64(p.sampler.sample_every, 10); // round(333 x 0.03)
+  double exact = 10.0 / p.chain.share;      // 256.15...
+  uint64_t n = 0;
+  double sum = 0.0;
+  for (int i = 0; i < 200000; i++) {
+    plan_draw(&p);
+    CHECK(p.draw_weight == (uint32_t)floor(exact) || p.draw_weight == (uint32_t)floor(exact) + 1);
+    sum += p.draw_weight;
+    n++;
+  }
+  // A Bernoulli rounding of variance at most 1/4 per draw.
+  CHECK(fabs(sum / n - exact) < 5 * 0.5 / sqrt((double)n));
+}
+
+// Own time leaves virtual time; the hook's estimated part is capped at half the rest of the time since
+// the last charge; work also goes to the budget.
+static void test_charges_leave_virtual_time(void) {
+  sampling_plan p;
+  start(&p, 100, true, 1000, 0);
+  plan_set_hook_cost(&p, 50.0);
+  uint64_t own = p.own_nanos;
+  p.uncharged_allocations = 100; // 5,000 ns of hook cost
+  plan_charge(&p, 1000 + 20000, 1000 + 21000); // 1,000 ns of work, 20,000 ns of the rest
+  CHECK_EQ_U64(p.own_nanos - own, 6000);
+  CHECK_EQ_U64(p.uncharged_allocations, 0);
+  CHECK_EQ_U64(p.budget.total_spent, 1000);
+  p.uncharged_allocations = 1000; // 50,000 ns, but only 4,000 ns passed since: at most 2,000
+  plan_charge(&p, 1000 + 25000, 1000 + 25000);
+  CHECK_EQ_U64(p.own_nanos - own, 8000);
+  CHECK_EQ_U64(plan_virtual_now(&p, 100000), 100000 - p.own_nanos);
+  // own time and the hook's cost outlive a run.
+  plan_config c = {.sample_every = 100, .windowed = true, .window_share = 0.04};
+  plan_start(&p, &c, 200000, 0, 1);
+  CHECK_EQ_U64(p.own_nanos - own, 8000);
+  CHECK(p.hook_cost_nanos == 50.0);
+}
+
+// At a sync point: the requested state while a ticker runs, the chain's own otherwise, never when held
+// shut.
+static void test_hook_wanted(void) {
+  sampling_plan p;
+  start(&p, 1000, true, 0, 0);
+  bool requested = schedule_requested(&p.chain);
+  CHECK(plan_hook_wanted(&p, 0, true, false) == requested);
+  CHECK(!plan_hook_wanted(&p, 0, true, true));
+  int on = 0;
+  for (uint64_t t = 0; t < 2000 * MS; t += MS / 10) {
+    bool chain = schedule_state_at(&p.chain, t);
+    CHECK(plan_hook_wanted(&p, t, false, false) == chain);
+    CHECK(schedule_requested(&p.chain) == chain); // read without a ticker: a request of its own
+    on += chain;
+  }
+  CHECK(on > 0); // 4% of 20,000 moments: on at some
+  start(&p, 1000, false, 0, 0);
+  CHECK(plan_hook_wanted(&p, 5, false, false)); // always: a share of 1
+}
+
+// The fail-safe: parked for good (draws leave it parked) until the next start; a park alone is undone
+// by the next draw.
+static void test_halt_and_park(void) {
+  sampling_plan p;
+  start(&p, 100, false, 0, 0);
+  plan_park(&p);
+  CHECK(p.countdown == UINT64_MAX);
+  plan_draw(&p);
+  CHECK(p.countdown < UINT64_MAX);
+  plan_halt(&p);
+  plan_draw(&p);
+  CHECK(p.countdown == UINT64_MAX);
+  CHECK(p.halted);
+  plan_config c = {.sample_every = 100};
+  plan_start(&p, &c, 0, 0, 3);
+  CHECK(!p.halted);
+  CHECK(p.countdown < UINT64_MAX);
+}
+
+// A forked child draws other countdowns than its parent.
+static void test_reseed_changes_the_draws(void) {
+  sampling_plan a, b;
+  start(&a, 1000, true, 0, 0);
+  b = a;
+  plan_reseed(&b, 12345);
+  int same = 0;
+  for (int i = 0; i < 20; i++) {
+    plan_draw(&a);
+    plan_draw(&b);
+    same += a.countdown == b.countdown;
+  }
+  CHECK(same < 20);
+  CHECK_EQ_U64(b.sampler.sample_every, a.sampler.sample_every);
+}
+
+int main(void) {
+  test_always_weighs_sample_every_and_clusters_each_sample();
+  test_sample_every_one_samples_everything();
+  test_windows_count_what_the_hook_saw();
+  test_weight_scale();
+  test_density_check_makes_windows_denser();
+  test_charges_leave_virtual_time();
+  test_hook_wanted();
+  test_halt_and_park();
+  test_reseed_changes_the_draws();
+  return check_report("test_sampling_plan");
+}
