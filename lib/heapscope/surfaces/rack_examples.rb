@@ -1,8 +1,7 @@
 # frozen_string_literal: true
 
-require "json"
 require "heapscope/examples"
-require "heapscope/report/escape"
+require "heapscope/surfaces/rack_site_endpoint"
 
 module Heapscope
   class Rack
@@ -15,7 +14,6 @@ module Heapscope
     module ExamplesEndpoint
       MAX_OBJECTS = 20
       LIMITER = GcLimiter.new(interval: 1)
-      FORMATS = %w[text json].freeze
 
       # given: the query's parameters (decoded). Returns [status, headers, body].
       def self.call(rack, source, given)
@@ -24,40 +22,24 @@ module Heapscope
         return rack.send(:text, 404, "this profile source cannot show examples of objects\n") unless source.respond_to?(:examples)
         return rack.send(:not_running) unless source.running?
 
-        wait = LIMITER.acquire
-        if wait.positive?
-          return rack.send(:text, 429, "examples were read less than #{LIMITER.interval}s ago; retry in #{wait}s\n",
-                           "retry-after" => wait.to_s)
+        SiteEndpoint.answer(rack, LIMITER, "examples were read less than #{LIMITER.interval}s ago", options[:format],
+                            Heapscope::Examples.method(:text)) do
+          source.examples(options[:site], max: options[:max])
         end
-        begin
-          report = source.examples(options[:site], max: options[:max])
-        ensure
-          LIMITER.release
-        end
-        if options[:format] == "json"
-          # Class names and (with consent) contents come from the application: invalid UTF-8 is escaped.
-          body = "#{JSON.generate(Heapscope::Report::Escape.deep_scrub(report))}\n"
-          [200, { "content-type" => "application/json", "content-length" => body.bytesize.to_s, "cache-control" => "no-store" }, [body]]
-        else
-          rack.send(:text, 200, Heapscope::Examples.text(report))
-        end
-      rescue ArgumentError => e
-        rack.send(:text, 400, "#{e.message}\n")
       end
 
       # {site:, max:, format:} or the reason the query is bad.
       def self.parse(given)
-        site = given["site"]
-        return "site is required: ?site=FILE:LINE as heapscope top prints it" if site.nil? || site.strip.empty?
-        return "site must be FILE:LINE, got #{site[0, 200].inspect}" unless site.match?(Heapscope::Retainers::SITE)
+        site, problem = SiteEndpoint.site(given)
+        return problem if problem
 
         max = given.fetch("max", Heapscope::Examples::DEFAULT_MAX.to_s)
         unless max.match?(/\A\d{1,3}\z/) && Integer(max, 10).between?(1, MAX_OBJECTS)
           return "max must be an integer from 1 to #{MAX_OBJECTS}, got #{max[0, 40].inspect}"
         end
 
-        format = given.fetch("format", "text")
-        return "format must be text or json, got #{format[0, 40].inspect}" unless FORMATS.include?(format)
+        format, problem = SiteEndpoint.format(given)
+        return problem if problem
 
         { site: site, max: Integer(max, 10), format: format }
       end

@@ -1,8 +1,7 @@
 # frozen_string_literal: true
 
-require "json"
 require "heapscope/retainers"
-require "heapscope/report/escape"
+require "heapscope/surfaces/rack_site_endpoint"
 
 module Heapscope
   class Rack
@@ -16,7 +15,6 @@ module Heapscope
     module RetainersEndpoint
       MAX_TIME_LIMIT = 5.0
       LIMITER = GcLimiter.new(interval: 10)
-      FORMATS = %w[text json].freeze
       NO_CONSENT = "keys=1 shows Hash keys' contents, which may be data (session ids, tokens): the operator has not " \
                    "allowed it. Leave keys out to see keys by class, or start heapscope with show_contents: true " \
                    "(HEAPSCOPE_SHOW_CONTENTS=1, config.heapscope.show_contents = true)\n"
@@ -33,33 +31,16 @@ module Heapscope
         return rack.send(:not_running) unless source.running?
         return rack.send(:text, 403, NO_CONSENT) if options[:keys] && !consented?(source)
 
-        wait = LIMITER.acquire
-        if wait.positive?
-          return rack.send(:text, 429, "a retainers walk ran less than #{LIMITER.interval}s ago (it pauses the " \
-                                       "application); retry in #{wait}s\n", "retry-after" => wait.to_s)
+        busy = "a retainers walk ran less than #{LIMITER.interval}s ago (it pauses the application)"
+        SiteEndpoint.answer(rack, LIMITER, busy, options[:format], Heapscope::Retainers.method(:text)) do
+          source.retainers(options[:site], limit: options[:limit], time_limit: options[:time_limit], keys: options[:keys])
         end
-        begin
-          report = source.retainers(options[:site], limit: options[:limit], time_limit: options[:time_limit],
-                                    keys: options[:keys])
-        ensure
-          LIMITER.release
-        end
-        if options[:format] == "json"
-          # Names and keys come from the application's objects: invalid UTF-8 is escaped, not a 500.
-          body = "#{JSON.generate(Heapscope::Report::Escape.deep_scrub(report))}\n"
-          [200, { "content-type" => "application/json", "content-length" => body.bytesize.to_s, "cache-control" => "no-store" }, [body]]
-        else
-          rack.send(:text, 200, Heapscope::Retainers.text(report))
-        end
-      rescue ArgumentError => e
-        rack.send(:text, 400, "#{e.message}\n")
       end
 
       # {site:, limit:, time_limit:, format:} or the reason the query is bad.
       def self.parse(given)
-        site = given["site"]
-        return "site is required: ?site=FILE:LINE as heapscope top prints it" if site.nil? || site.strip.empty?
-        return "site must be FILE:LINE, got #{site[0, 200].inspect}" unless site.match?(Heapscope::Retainers::SITE)
+        site, problem = SiteEndpoint.site(given)
+        return problem if problem
 
         limit = given.fetch("limit", "3")
         return "limit must be an integer from 1 to 100, got #{limit[0, 40].inspect}" unless limit.match?(/\A\d{1,3}\z/) && Integer(limit, 10).between?(1, 100)
@@ -69,8 +50,8 @@ module Heapscope
           return "time_limit must be seconds above 0 and at most #{MAX_TIME_LIMIT}, got #{time_limit[0, 40].inspect}"
         end
 
-        format = given.fetch("format", "text")
-        return "format must be text or json, got #{format[0, 40].inspect}" unless FORMATS.include?(format)
+        format, problem = SiteEndpoint.format(given)
+        return problem if problem
 
         keys = given.fetch("keys", "0")
         return "keys must be 0 or 1, got #{keys[0, 40].inspect}" unless %w[0 1].include?(keys)
