@@ -83,6 +83,21 @@ class TestCoreCensus < Minitest::Test
     sampled&.kill&.join
   end
 
+  # A long class name is the samples' label in full, so its census line names the same class.
+  def test_a_long_class_name_matches_its_samples
+    name = "Long#{"x" * 900}"
+    klass = self.class.const_set(name, Class.new)
+    Heapscope.start(sample_every: 1, max_overhead: nil)
+    keep = Array.new(5) { klass.new }
+    prof = heap_profile
+    label = prof.samples.map { |s| s.labels["class"] }.find { |c| c&.end_with?(name) }
+    refute_nil label
+    assert_equal 5, census_classes(prof).fetch(label)[0]
+    refute_nil keep
+  ensure
+    self.class.send(:remove_const, name) if self.class.const_defined?(name, false)
+  end
+
   def test_census_false_leaves_it_out
     Heapscope.start(census: false)
     prof = heap_profile

@@ -250,7 +250,8 @@ static void append(text_buf *b, const char *format, ...) {
 static void append_name(text_buf *b, const strtab *strings, uint32_t class_id) {
   size_t len = 0;
   const char *name = strtab_get(strings, class_id, &len);
-  char safe[512];
+  // As long as a class label may be (strtab cuts there too), so a long name still matches its samples'.
+  char safe[STRTAB_MAX_LEN + 1];
   if (len >= sizeof safe) len = sizeof safe - 1;
   for (size_t i = 0; i < len; i++) safe[i] = (unsigned char)name[i] < 0x20 || name[i] == 0x7f ? '?' : name[i];
   safe[len] = '\0';
