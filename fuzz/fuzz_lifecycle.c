@@ -94,10 +94,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       case 6: run("GC.start"); break;
       case 7: run("GC.compact"); break;
       case 8: {
-        // The third argument: no extra comments, or lines (the memory breakdown's, lib/heapscope/memory.rb).
-        VALUE profile = run("Heapscope::Native._running? ? Heapscope::Native._profile(%s, %u, %s) : \"\\x1f\\x8b\"",
-                            fz_below(&in, 2) ? "true" : "false", fz_below(&in, 3),
-                            fz_below(&in, 2) ? "nil" : "\"heapscope memory: rss=1\\nmore\\n\"");
+        // The third argument: no extra comments, or lines (the memory breakdown's, lib/heapscope/memory.rb);
+        // the fourth: with the census (census.c: a heap walk, the bound, its comment lines) or without.
+        const char *allocs = fz_below(&in, 2) ? "true" : "false";
+        unsigned min_age = fz_below(&in, 3);
+        const char *comments = fz_below(&in, 2) ? "nil" : "\"heapscope memory: rss=1\\nmore\\n\"";
+        const char *with_census = fz_below(&in, 4) ? "true" : "false";
+        VALUE profile = run("Heapscope::Native._running? ? Heapscope::Native._profile(%s, %u, %s, %s) : \"\\x1f\\x8b\"",
+                            allocs, min_age, comments, with_census);
         if (!RB_TYPE_P(profile, T_STRING) || RSTRING_LEN(profile) < 2 || (uint8_t)RSTRING_PTR(profile)[0] != 0x1f) {
           fprintf(stderr, "fuzz_lifecycle: a profile that is not gzip\n");
           abort();
