@@ -163,13 +163,15 @@ class TestReportLeaks < Minitest::Test
     assert_equal "sample_every: 560 would make a change this size 2σ (error scales as sqrt(sample_every))", call[:advice]
   end
 
-  # A real process (default settings but sample_every: 100): a Hash line that leaks 10,000 Hashes per
-  # snapshot and a line whose live Hashes go up and down (1,000 to 9,000), six snapshots. At 1 in 100
-  # the leak is 100 more samples a snapshot against about ±sqrt(100 k) per snapshot k: its slope is
-  # about 22 standard errors (17 under windowed sampling's wider errors would still be far past 2), so
-  # the chance that it is not called a leak is below 1e-9; the churn line's slope is under 1σ once
-  # its scatter widens it, and its chi-square is in the hundreds: called churn with about the same
-  # certainty. The test's false-failure rate is dominated by the machine (a crash), not by sampling.
+  # A real process (sampling: :always at 1 in 100): a Hash line that leaks 10,000 Hashes per snapshot
+  # and a line whose live Hashes go up and down (1,000 to 9,000), six snapshots. At 1 in 100 the leak
+  # is 100 more samples a snapshot against about ±sqrt(100 k) per snapshot k: its slope is about 22
+  # standard errors, so the chance that it is not called a leak is below 1e-9; the churn line's slope
+  # is under 1σ once its scatter widens it, and its chi-square is in the hundreds: called churn with
+  # about the same certainty. The test's false-failure rate is dominated by the machine (a crash), not
+  # by sampling. Windowed sampling (3.3+'s default) is left out on purpose: this process runs well under
+  # a second, a handful of windows, and its snapshots read [0, 0, 0, 7.4M, 9.3M, 11.8M] with ±24 MiB
+  # each on 3.3, which "not enough evidence" describes correctly (short runs: issue 31, item 3).
   WORKLOAD = <<~'RUBY'
     require "heapscope"
     dir = ARGV[0]
@@ -182,7 +184,7 @@ class TestReportLeaks < Minitest::Test
     def churn(i)
       $churn << { i: i }                              # CHURN_LINE
     end
-    Heapscope.start(sample_every: 100)
+    Heapscope.start(sample_every: 100, sampling: :always)
     6.times do |round|
       10_000.times { |i| leak(round, i) }
       $churn = []
@@ -205,7 +207,7 @@ class TestReportLeaks < Minitest::Test
     leak = sites.find { |s| s["file"] == script && s["line"] == line_of.call("LEAK_LINE") }
     refute_nil leak, sites.map { |s| s["name"] }.inspect
     assert_equal "leak", leak["verdict"], leak.inspect
-    assert_operator leak["trend_sigmas"], :>, 3 # 22σ here on 3.1 (sampling always); windowed errors are wider
+    assert_operator leak["trend_sigmas"], :>, 3 # about 22σ (sampling always)
     churn = sites.find { |s| s["file"] == script && s["line"] == line_of.call("CHURN_LINE") }
     refute_nil churn, sites.map { |s| s["name"] }.inspect
     assert_equal "churn", churn["verdict"], churn.inspect
