@@ -289,13 +289,7 @@ static uint64_t vm_allocations(void) { return cap.running ? plan_vm_allocations(
 
 void capture_get_stats(capture_stats *stats) {
   memset(stats, 0, sizeof *stats);
-  alloc_hook_stats hs;
-  alloc_hook_get_stats(&hs);
-  stats->samples_taken = hs.samples_taken;
-  stats->skipped_internal = hs.skipped_internal;
-  stats->skipped_own = hs.skipped_own;
-  stats->dropped_no_memory = hs.dropped_no_memory;
-  stats->frames_truncated = hs.frames_truncated;
+  alloc_hook_get_stats(&stats->hook);
   stats->gc_end_marks = cap.gc_end_marks;
   stats->gc_end_marks_missed = cap.gc_end_marks_missed;
   windows_stats ws;

@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "alloc_hook.h"
 #include "names.h"
 #include "recorder.h"
 
@@ -41,11 +42,7 @@ typedef struct {
 } capture_config;
 
 typedef struct {
-  uint64_t samples_taken;     // allocations the sampler picked
-  uint64_t skipped_internal;  // picked, but VM-internal (T_IMEMO and the like): not a Ruby object
-  uint64_t skipped_own;       // picked, but allocated by one of heapscope's own threads
-  uint64_t dropped_no_memory; // picked, but interning its frames or class ran out of memory
-  uint64_t frames_truncated;  // samples whose stack was deeper than max_frames
+  alloc_hook_stats hook;      // what the allocation hook picked, skipped and dropped (alloc_hook.h)
   uint64_t gc_end_marks;      // GCs observed
   uint64_t gc_end_marks_missed; // GCs that ran without our GC_END_MARK hook (see capture.c): counts may be off
   uint64_t gc_registrations_deferred; // windowed: GCs inside which no hook could be registered

@@ -229,16 +229,16 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
-           (unsigned long long)cs.samples_taken, (unsigned long long)rs.tracked_objects,
-           (unsigned long long)rs.dead_removed, (unsigned long long)cs.skipped_internal,
-           (unsigned long long)cs.frames_truncated,
+           (unsigned long long)cs.hook.samples_taken, (unsigned long long)rs.tracked_objects,
+           (unsigned long long)rs.dead_removed, (unsigned long long)cs.hook.skipped_internal,
+           (unsigned long long)cs.hook.frames_truncated,
            (unsigned long long)rs.dropped_tracked_cap, (unsigned long long)rs.dropped_stack_cap,
-           (unsigned long long)(rs.dropped_no_memory + cs.dropped_no_memory),
+           (unsigned long long)(rs.dropped_no_memory + cs.hook.dropped_no_memory),
            (unsigned long long)cs.gc_end_marks_missed,
            c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), capture_weight_scale_wanted(), c->sample_every, cs.current_every,
            cs.max_every, cs.current_every > c->sample_every ? "true" : "false",
            (unsigned long long)cs.windows_opened, hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
-           (unsigned long long)cs.skipped_own, snapshot->has_groups ? "groups" : "labels",
+           (unsigned long long)cs.hook.skipped_own, snapshot->has_groups ? "groups" : "labels",
            (unsigned long long)ls.sets, ls.max_sets, (unsigned long long)ls.overflowed, (unsigned long long)ls.dropped,
            c->label_threads ? "true" : "false");
   if (snapshot->has_groups && used > 0 && (size_t)used < size) {
@@ -456,12 +456,12 @@ static VALUE native_stats(VALUE self) {
   set(h, "mean_window_ns", DBL2NUM(cs.mean_window_nanos));
   set(h, "hook_cost_ns", DBL2NUM(cs.hook_cost_nanos));
   set_u64(h, "own_ns", cs.own_nanos);
-  set_u64(h, "skipped_own", cs.skipped_own);
+  set_u64(h, "skipped_own", cs.hook.skipped_own);
   set_u64(h, "window_sample_every", cs.window_every);
   set(h, "window_seen_share", DBL2NUM(cs.window_seen_share));
   set_u64(h, "gc_registrations_deferred", cs.gc_registrations_deferred);
   set_u64(h, "ractor_pauses", cs.ractor_pauses);
-  set_u64(h, "samples_taken", cs.samples_taken);
+  set_u64(h, "samples_taken", cs.hook.samples_taken);
   set_u64(h, "tracked_objects", rs.tracked_objects);
   labelsets_stats ls = {0};
   if (capture_labels() != NULL) labelsets_get_stats(capture_labels(), &ls);
@@ -475,12 +475,12 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "alloc_sites", rs.alloc_sites);
   set_u64(h, "dead_removed", rs.dead_removed);
   set_u64(h, "frozen", rs.frozen_measured);
-  set_u64(h, "skipped_internal", cs.skipped_internal);
-  set_u64(h, "frames_truncated", cs.frames_truncated);
-  set_u64(h, "dropped", cs.dropped_no_memory + rs.dropped_tracked_cap + rs.dropped_stack_cap + rs.dropped_no_memory);
+  set_u64(h, "skipped_internal", cs.hook.skipped_internal);
+  set_u64(h, "frames_truncated", cs.hook.frames_truncated);
+  set_u64(h, "dropped", cs.hook.dropped_no_memory + rs.dropped_tracked_cap + rs.dropped_stack_cap + rs.dropped_no_memory);
   set_u64(h, "dropped_tracked_cap", rs.dropped_tracked_cap);
   set_u64(h, "dropped_stack_cap", rs.dropped_stack_cap);
-  set_u64(h, "dropped_no_memory", cs.dropped_no_memory + rs.dropped_no_memory);
+  set_u64(h, "dropped_no_memory", cs.hook.dropped_no_memory + rs.dropped_no_memory);
   set_u64(h, "invalid_records", rs.invalid_records);
   set_u64(h, "stale_records", rs.stale_records);
   set_u64(h, "suspect_records", rs.suspect_records);
