@@ -319,6 +319,10 @@ void capture_get_stats(capture_stats *stats) {
   stats->ticker_triggers = ws.ticker_triggers;
 }
 
+double capture_hook_on_share(const capture_stats *stats) {
+  return stats->vm_allocations == 0 ? 1.0 : (double)stats->hook_allocations / (double)stats->vm_allocations;
+}
+
 double capture_weight_scale_wanted(void) { return cap.running ? plan_weight_scale_wanted(plan, vm_allocations()) : 1.0; }
 double capture_weight_scale(void) { return cap.running ? plan_weight_scale(plan, vm_allocations()) : 1.0; }
 

@@ -146,6 +146,8 @@ const capture_config *capture_current_config(void);
 recorder *capture_recorder(void);
 names *capture_names(void);
 void capture_get_stats(capture_stats *stats);
+// The share of allocations the allocation hook was on for, from stats (1 when not windowed).
+double capture_hook_on_share(const capture_stats *stats);
 // Bytes held by capture itself (frame buffers and code names), excluding the recorder.
 size_t capture_memory(void);
 

@@ -1,31 +1,23 @@
 // heapscope's Ruby bindings: Heapscope::Native (used by lib/heapscope.rb, which validates every
-// argument first) and Heapscope::Testing (test-only entry points). Nothing else lives here.
+// argument first) and Heapscope::Testing (test-only entry points). Nothing else lives here: a profile
+// is built by profile.c, between whose two steps the fail-safe below is settled.
 #include <ruby.h>
 #include <ruby/thread.h>
 #include <ruby/version.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "capture.h"
-#include "census.h"
 #include "dirhandle.h"
 #include "liveness.h"
 #include "memstats.h"
 #include "previews.h"
+#include "profile.h"
 #include "retainers.h"
-#include "pprof.h"
 #include "ractors.h"
 #include "sampler.h"
 
 static VALUE eHeapscopeError;
-static uint64_t started_at_nanos;
-// How long the last profile held the GVL (naming, measuring, grouping, copying) and how long it
-// encoded and gzipped without it.
-static uint64_t last_profile_gvl_nanos, last_profile_encode_nanos, last_census_nanos;
-// Classes listed in a profile's census beside those with samples: the biggest others by bytes.
-#define CENSUS_OTHER_CLASSES 32
 // The fail-safe (capture_fail): why profiling was disabled, and how often that happened.
 static const char *disabled_reason;
 static uint64_t internal_errors;
@@ -68,18 +60,6 @@ static void raise_not_running(void) {
              "has the details. Heapscope.start starts it again", disabled_reason);
   }
   rb_raise(eHeapscopeError, "heapscope is not running: call Heapscope.start first");
-}
-
-static uint64_t wall_nanos(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t monotonic_nanos(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static uint32_t to_u32(VALUE value) { return (uint32_t)NUM2ULONG(value); }
@@ -132,7 +112,7 @@ static VALUE native_start(int argc, VALUE *argv, VALUE self) {
   if (!capture_start(&config)) rb_raise(rb_eNoMemError, "heapscope: not enough memory to start");
   if (capture_labels() != NULL) labelsets_set_max(capture_labels(), label_cap);
   disabled_reason = NULL;
-  started_at_nanos = wall_nanos();
+  profile_run_started();
   return Qtrue;
 }
 
@@ -200,98 +180,9 @@ static VALUE native_running_p(VALUE self) {
   return capture_running() ? Qtrue : Qfalse;
 }
 
-// The share of allocations the allocation hook was on for (1 when not windowed).
-static double hook_on_share(const capture_stats *cs) {
-  return cs->vm_allocations == 0 ? 1.0 : (double)cs->hook_allocations / (double)cs->vm_allocations;
-}
 
-// The profile's comments: the settings and every counter of what was dropped, so a reader of the
-// profile alone can tell how complete it is; windowed, the variance groups' allocations (variance.h).
-static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
-  const capture_config *c = capture_current_config();
-  capture_stats cs;
-  recorder_stats rs;
-  capture_get_stats(&cs);
-  recorder_get_stats(capture_recorder(), &rs);
-  labelsets_stats ls = {0};
-  if (capture_labels() != NULL) labelsets_get_stats(capture_labels(), &ls);
-  size_t size = 1696 + 2 * 24 * VARIANCE_GROUPS;
-  char *text = malloc(size);
-  if (text == NULL) return NULL;
-  int used = snprintf(text, size,
-           "heapscope %s ruby %s pid %ld\n"
-           "sample_every=%u current_sample_every=%u max_overhead=%g max_frames=%u min_age=%u track_sizes=%s max_tracked_objects=%u max_stacks=%u\n"
-           "samples_taken=%llu tracked_objects=%llu dead_removed=%llu skipped_internal=%llu frames_truncated=%llu\n"
-           "dropped_tracked_cap=%llu dropped_stack_cap=%llu dropped_no_memory=%llu gc_runs_missed=%llu\n"
-           "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f weight_scale_wanted=%.4f sample_every=%u current_sample_every=%u max_sample_every=%u rate_lowered=%s "
-           "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=%s\n"
-           "label_sets=%llu max_label_sets=%u label_sets_overflowed=%llu label_sets_dropped=%llu label_threads=%s\n"
-           "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
-           HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
-           c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
-           (unsigned long long)cs.hook.samples_taken, (unsigned long long)rs.tracked_objects,
-           (unsigned long long)rs.dead_removed, (unsigned long long)cs.hook.skipped_internal,
-           (unsigned long long)cs.hook.frames_truncated,
-           (unsigned long long)rs.dropped_tracked_cap, (unsigned long long)rs.dropped_stack_cap,
-           (unsigned long long)(rs.dropped_no_memory + cs.hook.dropped_no_memory),
-           (unsigned long long)cs.gc_end_marks_missed,
-           c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), capture_weight_scale_wanted(), c->sample_every, cs.current_every,
-           cs.max_every, cs.current_every > c->sample_every ? "true" : "false",
-           (unsigned long long)cs.windows_opened, hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
-           (unsigned long long)cs.hook.skipped_own, snapshot->has_groups ? "groups" : "labels",
-           (unsigned long long)ls.sets, ls.max_sets, (unsigned long long)ls.overflowed, (unsigned long long)ls.dropped,
-           c->label_threads ? "true" : "false");
-  if (snapshot->has_groups && used > 0 && (size_t)used < size) {
-    // Live objects' design (every window), then the allocation counters' (since Heapscope.reset).
-    const group_design *designs[2] = {&snapshot->design, &snapshot->alloc_design};
-    for (int d = 0; d < 2; d++) {
-      used += snprintf(text + used, size - (size_t)used, "%svariance_groups=%d group_allocations=", d ? "alloc_" : "", VARIANCE_GROUPS);
-      for (int g = 0; g < VARIANCE_GROUPS && used > 0 && (size_t)used < size; g++) {
-        used += snprintf(text + used, size - (size_t)used, g ? ",%.0f" : "%.0f", designs[d]->allocations[g]);
-      }
-      if (used <= 0 || (size_t)used >= size) break;
-      used += snprintf(text + used, size - (size_t)used, "\n");
-      if (used <= 0 || (size_t)used >= size) break;
-    }
-  }
-  return text;
-}
-
-typedef struct {
-  hs_snapshot *snapshot;
-  pb_buffer raw, gzipped;
-  bool ok;
-} encode_job;
-
-// Runs without the GVL: the snapshot shares nothing with live recorder state.
-static void *encode_without_gvl(void *arg) {
-  encode_job *job = arg;
-  job->ok = pprof_encode(job->snapshot, &job->raw) && pprof_gzip(&job->raw, &job->gzipped);
-  snapshot_free(job->snapshot);
-  job->snapshot = NULL;
-  pb_free(&job->raw);
-  return NULL;
-}
-
-static VALUE new_binary_string(VALUE job_ptr) {
-  encode_job *job = (encode_job *)job_ptr;
-  return rb_str_new((const char *)job->gzipped.data, (long)job->gzipped.len);
-}
-
-// Appends extra (NUL-free text, lines ending in \n) to the comments profile_comments made. Returns
-// the new text, or the old one unchanged when memory runs out (the comment is then left out).
-static char *append_comments(char *text, const char *extra, size_t extra_len) {
-  if (text == NULL || extra_len == 0) return text;
-  size_t len = strlen(text);
-  char *grown = realloc(text, len + extra_len + 1);
-  if (grown == NULL) return text;
-  memcpy(grown + len, extra, extra_len);
-  grown[len + extra_len] = '\0';
-  return grown;
-}
-
-// Native._profile(allocs, min_age, extra_comments, census) -> gzipped pprof String. extra_comments: nil
-// or a String of more comment lines (the memory breakdown, lib/heapscope/memory.rb), copied in as is.
+// Native._profile(allocs, min_age, extra_comments, census) -> gzipped pprof String (profile.h). extra_comments:
+// nil or a String of more comment lines (the memory breakdown, lib/heapscope/memory.rb), copied in as is.
 // census: true to count the live heap exactly first (census.h), bounding samples and adding its lines.
 static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra_comments, VALUE with_census) {
   (void)self;
@@ -309,67 +200,14 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra
   char *extra = extra_len ? malloc(extra_len) : NULL;
   if (extra_len && extra == NULL) rb_raise(rb_eNoMemError, "heapscope: not enough memory for the profile's comments");
   if (extra_len) memcpy(extra, RSTRING_PTR(extra_comments), extra_len);
-  uint32_t age = to_u32(min_age);
-  uint64_t gvl_started = monotonic_nanos();
-  // Names need Ruby strings, so they are read here, before the snapshot (which allocates none).
-  if (!names_resolve(capture_names(), recorder_strings(capture_recorder()))) {
-    free(extra);
-    rb_raise(rb_eNoMemError, "heapscope: not enough memory to name frames");
-  }
-  encode_job job = {0};
-  // The census walks the heap after the names (which allocate) and before the snapshot (which does
-  // not), so no GC runs between the exact totals and the samples they bound.
-  census exact;
-  bool have_census = false;
-  if (RTEST(with_census)) {
-    const capture_config *config = capture_current_config();
-    have_census = census_take(&exact, recorder_strings(capture_recorder()),
-                              config->recorder.track_sizes ? 0 : config->recorder.slot_size);
-    last_census_nanos = have_census ? exact.nanos : 0;
-  }
-  capture_prepare_snapshot();
-  recorder_estimate estimate;
-  capture_estimate(&estimate);
-  job.snapshot = recorder_snapshot(capture_recorder(), capture_names(), capture_labels(), RTEST(allocs), age, &estimate);
-  if (job.snapshot == NULL) {
-    free(extra);
-    if (have_census) census_free(&exact);
-    rb_raise(rb_eNoMemError, "heapscope: not enough memory for a snapshot");
-  }
-  char *census_text = NULL;
-  if (have_census) {
-    census_bound_samples(&exact, job.snapshot);
-    census_text = census_comments(&exact, job.snapshot, job.snapshot->strings, CENSUS_OTHER_CLASSES);
-    census_free(&exact);
-  }
-  capture_check_invariants();
+  profile_job job;
+  profile_take(&job, RTEST(allocs), to_u32(min_age), RTEST(with_census), extra, extra_len);
+  // The fail-safe: the snapshot's invariant check (or a hook meanwhile) may have failed capture.
   if (settle_failure()) {
-    free(extra);
-    free(census_text);
-    snapshot_free(job.snapshot);
+    profile_discard(&job);
     raise_not_running();
   }
-  uint64_t now = wall_nanos();
-  job.snapshot->period = capture_current_config()->sample_every;
-  job.snapshot->time_nanos = (int64_t)now;
-  job.snapshot->duration_nanos = (int64_t)(now - started_at_nanos);
-  job.snapshot->comments = append_comments(profile_comments(age, job.snapshot), extra, extra_len);
-  free(extra);
-  if (census_text != NULL) job.snapshot->comments = append_comments(job.snapshot->comments, census_text, strlen(census_text));
-  free(census_text);
-  uint64_t encode_started = monotonic_nanos();
-  last_profile_gvl_nanos = encode_started - gvl_started;
-  rb_thread_call_without_gvl(encode_without_gvl, &job, NULL, NULL);
-  last_profile_encode_nanos = monotonic_nanos() - encode_started;
-  if (!job.ok) {
-    pb_free(&job.gzipped);
-    rb_raise(rb_eNoMemError, "heapscope: not enough memory to encode the profile");
-  }
-  int state = 0;
-  VALUE result = rb_protect(new_binary_string, (VALUE)&job, &state);
-  pb_free(&job.gzipped);
-  if (state) rb_jump_tag(state);
-  return result;
+  return profile_finish(&job);
 }
 
 // Native._malloc_stats -> [arena, mmapped, in_use, free, releasable] bytes (memstats.h), or nil where
@@ -438,7 +276,7 @@ static VALUE native_stats(VALUE self) {
   set(h, "window_share", capture_current_config()->windowed ? DBL2NUM(cs.share) : Qnil);
   set(h, "rate_lowered", cs.current_every > capture_current_config()->sample_every ? Qtrue : Qfalse); // now, not once
   set_u64(h, "max_sample_every", cs.max_every);
-  set(h, "hook_on_share", DBL2NUM(hook_on_share(&cs)));
+  set(h, "hook_on_share", DBL2NUM(capture_hook_on_share(&cs)));
   set(h, "realized_share", DBL2NUM(cs.realized_share));
   set(h, "requested_share", DBL2NUM(cs.requested_share));
   set(h, "weight_scale", DBL2NUM(capture_weight_scale()));
@@ -486,9 +324,11 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "suspect_records", rs.suspect_records);
   set_u64(h, "gc_runs_seen", cs.gc_end_marks);
   set_u64(h, "gc_runs_missed", cs.gc_end_marks_missed);
-  set_u64(h, "last_profile_gvl_ns", last_profile_gvl_nanos);
-  set_u64(h, "last_profile_encode_ns", last_profile_encode_nanos);
-  set_u64(h, "last_census_ns", last_census_nanos);
+  profile_timings pt;
+  profile_get_timings(&pt);
+  set_u64(h, "last_profile_gvl_ns", pt.gvl_nanos);
+  set_u64(h, "last_profile_encode_ns", pt.encode_nanos);
+  set_u64(h, "last_census_ns", pt.census_nanos);
   set_u64(h, "record_bytes", rs.record_bytes);
   set_u64(h, "stack_table_bytes", rs.stack_table_bytes);
   set_u64(h, "recorder_bytes", rs.memory_bytes + capture_memory());
