@@ -9,6 +9,7 @@ require "open3"
 require "tmpdir"
 require "fileutils"
 require "stringio"
+require "json"
 require "heapscope/pprof"
 
 module ReportHelper
@@ -162,6 +163,13 @@ module ReportHelper
     err = StringIO.new
     status = Heapscope::Report::CLI.run(command, argv, out: out, err: err)
     [status, out.string, err.string]
+  end
+
+  # A report command's --json output, parsed; fails unless it exits 0 with nothing on stderr.
+  def json(command, *args)
+    status, out, err = run_cli(command, *args, "--json")
+    assert_equal [0, ""], [status, err], "#{command} #{args.join(" ")}"
+    JSON.parse(out)
   end
 
   # Writes prof (gzipped) as name in the test's @dir; returns the path.

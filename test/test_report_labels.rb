@@ -54,12 +54,6 @@ class TestReportLabels < Minitest::Test
     prof
   end
 
-  def json(command, *args)
-    status, out, err = run_cli(command, *args, "--json")
-    assert_equal [0, ""], [status, err], "#{command} #{args.join(" ")}"
-    JSON.parse(out)
-  end
-
   def flat(rows)
     rows.to_h { |r| [r["name"], r["flat"]] }
   end
@@ -251,8 +245,8 @@ class TestReportLabels < Minitest::Test
     base = write("base.pb.gz", heapscope_profile([[BOOT, [1, 1, 1, 7_000], {}]]))
     cases = [
       [%W[top #{path} --by label:], "heapscope top: invalid argument: --by label: needs a label key (--by label:KEY, e.g. --by label:endpoint)"],
-      [%W[top #{path} --by color], "heapscope top: invalid argument: --by color (one of line, function, class or label:KEY)"],
-      [%W[top #{path} --by label], "heapscope top: invalid argument: --by label (one of line, function, class or label:KEY)"],
+      [%W[top #{path} --by color], "heapscope top: invalid argument: --by color (one of line, function, class, file, gem or label:KEY)"],
+      [%W[top #{path} --by label], "heapscope top: invalid argument: --by label (one of line, function, class, file, gem or label:KEY)"],
       [%W[top #{path} --label endpoint], "heapscope top: invalid argument: --label endpoint is not KEY=VALUE (e.g. --label endpoint=UsersController#show)"],
       [%W[top #{path} --label =x], "heapscope top: invalid argument: --label =x has no key before \"=\" (KEY=VALUE)"],
       [%W[top #{path} --label endpoint=], "heapscope top: invalid argument: --label endpoint= has no value after \"=\" (a label value " \

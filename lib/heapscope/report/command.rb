@@ -76,7 +76,8 @@ module Heapscope
       # Parsed by Labels.parse_by rather than an OptionParser list, which cannot take label:KEY (and
       # would only say "invalid argument").
       def by_flag(parser, opts)
-        parser.on("--by WHAT", "group by line, function, class or label:KEY (a label's value; default: line)") do |v|
+        parser.on("--by WHAT", "group by line, function, class, file, gem or label:KEY (a label's value; default: line);",
+                  "gem: the first frame outside Ruby's own code decides; rows NAME VERSION, (app), (stdlib), (ruby)") do |v|
           opts[:by] = Labels.parse_by(v)
         end
       end

@@ -17,7 +17,7 @@ module Heapscope
     #   heapscope diff before.pb.gz after.pb.gz --html -o growth.html   # a flame graph coloured by growth
     class Diff < Command
       DESCRIPTION = "Compares two profiles site by site and marks a change as noise unless it exceeds twice its combined error."
-      USAGE = "usage: heapscope diff BASE NEW [--sample TYPE] [--by line|function|class|label:KEY] " \
+      USAGE = "usage: heapscope diff BASE NEW [--sample TYPE] [--by line|function|class|file|gem|label:KEY] " \
               "[--label KEY=VALUE]... [-n 20] [--json] [--html [-o out.html]] [--max-size SIZE]"
 
       def defaults

@@ -44,7 +44,7 @@ module Heapscope
 
       module_function
 
-      # The --by argument as the reports take it: line, function and class (any unique prefix, as
+      # The --by argument as the reports take it: line, function, class, file and gem (any unique prefix, as
       # OptionParser's list completion allowed before) or label:KEY. Raises Error naming it otherwise.
       def parse_by(text)
         if text.start_with?(PREFIX)
@@ -55,10 +55,10 @@ module Heapscope
         found = text.empty? ? [] : Sites::BY.select { |b| b.start_with?(text) }
         return found[0] if found.size == 1
 
-        raise Error, "invalid argument: --by #{text} (one of line, function, class or label:KEY)"
+        raise Error, "invalid argument: --by #{text} (one of line, function, class, file, gem or label:KEY)"
       end
 
-      # The label key a --by groups on: "class" for class, KEY for label:KEY, nil for line and function.
+      # The label key a --by groups on: "class" for class, KEY for label:KEY, nil for the frame groupings.
       def by_key(by)
         return "class" if by == "class"
 

@@ -25,7 +25,7 @@ module Heapscope
     # noise. So a steady leak ranks above a bigger one-off step and above churn.
     class Leaks < Command
       DESCRIPTION = "Follows a live value (default inuse_space) through a series of profiles of one process and lists the sites that keep growing."
-      USAGE = "usage: heapscope leaks FILE... | DIR [--sample TYPE] [--by line|function|class|label:KEY] " \
+      USAGE = "usage: heapscope leaks FILE... | DIR [--sample TYPE] [--by line|function|class|file|gem|label:KEY] " \
               "[--label KEY=VALUE]... [-n 20] [--json] [--max-size SIZE]"
       # Matched against file names as bytes (/n): a name that is not UTF-8 must not stop the match.
       PROFILE_FILE = /\.(pb\.gz|pb|pprof|prof)\z/n.freeze

@@ -4,6 +4,7 @@ require "heapscope/pprof"
 require "heapscope/report/escape"
 require "heapscope/report/sampling"
 require "heapscope/report/labels"
+require "heapscope/report/gems"
 
 module Heapscope
   module Report
@@ -21,6 +22,11 @@ module Heapscope
     #             leaf frames on that line (the Ruby method, not the C function it called). Frames without a
     #             file count by function name.
     #   function  the leaf function, C functions included.
+    #   file      the leaf frame's file (the file of the line --by line picks).
+    #   gem       the gem (or (app), (stdlib), (ruby): Gems) of the first frame, leaf first, that is not
+    #             Ruby's own ((stdlib), (ruby)), else the leaf's: a String#* or a Set#add in the standard
+    #             library counts for the gem or app line that called it, so the rows say whose code made
+    #             the memory, and only allocations with nothing but Ruby in their stack are Ruby's.
     #   class     the "class" label (heapscope profiles); "(no class label)" otherwise.
     #   label:KEY the value of the label KEY (a user label such as endpoint, or any other key);
     #             "(no KEY label)" for samples without it (Labels).
@@ -30,7 +36,7 @@ module Heapscope
     # (Sampling.variance_labels), one summed variance per sample type after them: variances of samples
     # add like their values, so a site's error comes out of the same sums (Sampling#absolute_error).
     module Sites
-      BY = %w[line function class].freeze
+      BY = %w[line function class file gem].freeze
       NO_LABEL = :no_label # the row key of samples without the label grouped on
 
       # Entry is one row: name for display; flat is a value vector over all sample types (and their
@@ -127,7 +133,7 @@ module Heapscope
         dense = prof.locations.size * 4 + 1024
         dense = 0 if prof.locations.any? { |l| l.id >= dense }
         st = { prof: prof, by: by, site_ids: {}, keys: [], names: [], order: [], single: dense.zero? ? {} : [],
-               dense: dense, multi: {}, fresh: {}, new_site: false }
+               dense: dense, multi: {}, fresh: {}, new_site: false, own: by == "gem" ? [] : nil }
         flat = []       # site id -> values vector, for sites that are a leaf
         all = cum.nil?
         cum = (cum || (0...n)).to_h { |t| [t, []] } # type index -> site id -> cum value
@@ -150,6 +156,7 @@ module Heapscope
           next if seq.empty?
 
           leaf = multi && seq[0].is_a?(Array) ? seq[0][0] : seq[0]
+          leaf = deciding_site(seq, st[:own], leaf) if st[:own] && st[:own][leaf]
           if (f = flat[leaf])
             add(f, values)
           else
@@ -260,6 +267,7 @@ module Heapscope
             key = site_key(f, st[:by])
             st[:site_ids][key] ||= begin
               st[:new_site] = true
+              st[:own][st[:keys].size] = Gems.own?(key) if st[:own]
               (st[:keys] << key).size - 1
             end
           end
@@ -314,6 +322,21 @@ module Heapscope
         end
       end
 
+      # --by gem's flat site of a stack whose leaf is Ruby's own (own: site id -> true): the first site
+      # that is not, else the leaf itself. seq: the stack's site ids, leaf first (an Array for a location
+      # of several sites).
+      def deciding_site(seq, own, leaf)
+        seq.each do |part|
+          if part.is_a?(Array)
+            found = part.find { |sid| !own[sid] }
+            return found if found
+          elsif !own[part]
+            return part
+          end
+        end
+        leaf
+      end
+
       def site_of(st, frame)
         st[:site_ids][site_key(frame, st[:by])]
       end
@@ -355,12 +378,18 @@ module Heapscope
 
       def site_key(frame, by)
         if by == "function" then [frame.function, frame.file]
+        elsif by == "gem" then Gems.group(frame.file.to_s)
         elsif frame.file.to_s.empty? then [frame.function, "", 0]
+        elsif by == "file" then [nil, frame.file, 0]
         else [nil, frame.file, frame.line]
         end
       end
 
       def new_entry(key, frame, by, flat, cum)
+        # A gem's row is named like a label's (function: the name, no file); a file's row by its file.
+        return Entry.new(key, key, key, "", 0, flat, cum) if by == "gem"
+        return Entry.new(key, frame.file, "", frame.file, 0, flat, cum) if by == "file" && !frame.file.to_s.empty?
+
         name = if by == "function" || frame.file.to_s.empty?
                  frame.function
                else

@@ -13,7 +13,7 @@ module Heapscope
     #     8.0 MiB  80.1%  80.1%   8.0 MiB  80.1%     ±2%  Cache#store app/cache.rb:12
     class Top < Command
       DESCRIPTION = "Lists the sites holding (or allocating) the most in a profile, with the sampling error of each."
-      USAGE = "usage: heapscope top FILE [-n 20] [--sample TYPE] [--by line|function|class|label:KEY] " \
+      USAGE = "usage: heapscope top FILE [-n 20] [--sample TYPE] [--by line|function|class|file|gem|label:KEY] " \
               "[--label KEY=VALUE]... [--cum] [--json] [--all] [--max-size SIZE]"
 
       def defaults
