@@ -213,11 +213,11 @@ class TestReportCensus < Minitest::Test
     by_class = Top.report(prof, by: "class", sample: "inuse_space")["entries"].to_h { |e| [e["name"], e] }
     assert_equal 1 * MIB, by_class["Thread"]["flat"]
     assert_nil by_class["String"]["bounded_by"]
-    # ?debug=1: each row is one class at one site.
+    # ?debug=1: top's rows (issue 33), bounded as top bounds them.
     debug = Heapscope::Rack::TextReport.render(prof.to_pprof, type: :heap)
-    assert_match(/^\s+≤1\.0MiB .* Thread\s+Worker#spawn app\/worker\.rb:7$/, debug)
-    assert_includes debug, "# ≤ Worker#spawn app/worker.rb:7 (Thread): bounded by Thread's exact total (census); the estimate was 1.5MiB"
-    assert_includes debug, "#   Thread"
+    assert_match(/^≤1\.0 MiB .* Worker#spawn app\/worker\.rb:7$/, debug)
+    assert_includes debug, "≤ Worker#spawn app/worker.rb:7: bounded by Thread's exact total (census); the estimate was flat 1.5 MiB"
+    assert_match(/^  Thread +1\.0 MiB/, debug)
     refute_includes debug, "# heapscope census class:", "the raw lines are the rows"
   end
 

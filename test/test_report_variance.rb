@@ -246,11 +246,12 @@ class TestReportVariance < Minitest::Test
 
   def test_debug_text_prints_the_error_of_each_row
     text = Heapscope::Rack::TextReport.render(cache_profile.to_pprof, type: :heap)
-    assert_includes text, "# sampling: sample_every=100, windowed sampling"
-    row = text.lines.find { |l| l.include?("Cache#store app/cache.rb:12") && l.include?("String") }
-    # The leaf frames differ (String#* and Cache#store), so ?debug=1 keeps two rows for the line.
-    assert_match(/7\.6MiB\s+±24%\s+/, row)
-    assert_match(/^\s+inuse_space\s+error\s+%\s+objects\s+class/, text)
+    assert_includes text, "Type: inuse_space, by line, sorted by flat; sample_every=100, windowed sampling"
+    row = text.lines.find { |l| l.include?("Cache#store app/cache.rb:12") }
+    # The leaf frames differ (String#* and Cache#store) but the line is one: ?debug=1 shows top's one
+    # row for it (issue 33), with top's error.
+    assert_match(/11\.4 MiB\s+92\.3%\s+92\.3%\s+11\.4 MiB\s+92\.3%\s+±21%\s+Cache#store/, row)
+    assert_match(/^\s+flat\s+flat%\s+sum%\s+cum\s+cum%\s+error\s+site$/, text)
   end
 
   # A delta (?seconds=N) subtracts two snapshots: alloc variances new - old, inuse ones new + old.

@@ -81,11 +81,19 @@ module Heapscope
       #   malloc_held, malloc_in_use, malloc_free   glibc's allocator: held from the system, handed out, free inside
       #   profiled                   the profile's live objects (slots and their malloc'd memory)
       #   profiled_malloc            of that, the bytes beyond their slots: malloc'd, so inside malloc_in_use
-      #   unexplained                rss_anon - ruby_heap - profiled_malloc - malloc_free: what no Ruby
-      #                              object in the profile accounts for, split (glibc only) into
+      #   unexplained                rss_anon - ruby_heap - profiled_malloc - malloc's resident free bytes
+      #                              (malloc_free less malloc_not_resident, at least 0): what no Ruby object in
+      #                              the profile accounts for, split (glibc only) into
       #   unexplained_in_malloc      malloc_in_use - profiled_malloc: C extensions' and libraries' malloc,
       #                              objects younger than min_age and the VM's own, malloc's chunk overhead
-      #   unexplained_outside_malloc rss_anon - ruby_heap - malloc_held: thread stacks, other mmaps and allocators
+      #   unexplained_outside_malloc rss_anon - ruby_heap - malloc_held when that is positive, else 0: thread
+      #                              stacks, other mmaps and allocators
+      #   malloc_not_resident        malloc_held - (rss_anon - ruby_heap) when that is positive, else 0: at
+      #                              least this much of what malloc holds has no resident page (mallinfo2
+      #                              counts address space: free memory malloc_trim gave back with madvise,
+      #                              an arena's untouched top, pages of blocks never written, such as a
+      #                              buffer's unused capacity); an overlap, not a size of its own. It
+      #                              also hides as much memory outside malloc, which is then unknown.
       #   profiled_exact             1 when profiled comes from the profile's census (every live object,
       #                              counted), 0 when it is the profile's estimate
       def breakdown(figures, profiled: nil, profiled_objects: nil, exact: false)
@@ -93,17 +101,27 @@ module Heapscope
         held = figures[:malloc_arena] && figures[:malloc_mmapped] && figures[:malloc_arena] + figures[:malloc_mmapped]
         slots = profiled_objects && figures[:slot_size] && profiled_objects * figures[:slot_size]
         profiled_malloc = profiled && slots && [profiled - slots, 0].max
+        # malloc's figures are address space, RSS is pages: when malloc holds more than anonymous RSS
+        # minus the object heap, the difference is (at least) malloc's bytes that are not resident, an
+        # overlap and not memory outside malloc (see not_resident).
+        outside = figures[:rss_anon] && ruby_heap && held && figures[:rss_anon] - ruby_heap - held
+        not_resident = outside && [-outside, 0].max
+        # Only malloc's resident free bytes are taken from RSS: those not resident were never in it. The
+        # overlap is counted as free bytes, up to all of them: what malloc gave back or never touched is
+        # mostly free (trimmed chunks, an arena's untouched top); a block in use that was never written
+        # (a buffer's unused capacity) is the exception, and then stays in "in malloc".
+        resident_free = figures[:malloc_free] && figures[:malloc_free] - [not_resident || 0, figures[:malloc_free]].min
         unexplained = figures[:rss_anon] && ruby_heap && profiled_malloc &&
-                      figures[:rss_anon] - ruby_heap - profiled_malloc - (figures[:malloc_free] || 0)
+                      figures[:rss_anon] - ruby_heap - profiled_malloc - (resident_free || 0)
         in_malloc = figures[:malloc_in_use] && profiled_malloc && figures[:malloc_in_use] - profiled_malloc
-        outside_malloc = figures[:rss_anon] && ruby_heap && held && figures[:rss_anon] - ruby_heap - held
         {
           rss: figures[:rss], rss_anon: figures[:rss_anon], rss_file: figures[:rss_file], ruby_heap: ruby_heap,
           heap_live_slots: figures[:heap_live_slots], heap_free_slots: figures[:heap_free_slots],
           malloc_held: held, malloc_in_use: figures[:malloc_in_use], malloc_free: figures[:malloc_free],
           ruby_malloc_increase: figures[:ruby_malloc_increase], profiled: profiled, profiled_exact: exact ? 1 : 0,
           profiled_malloc: profiled_malloc,
-          unexplained: unexplained, unexplained_in_malloc: in_malloc, unexplained_outside_malloc: outside_malloc
+          unexplained: unexplained, unexplained_in_malloc: in_malloc,
+          unexplained_outside_malloc: outside && [outside, 0].max, malloc_not_resident: not_resident
         }
       end
 
@@ -126,7 +144,7 @@ module Heapscope
 
       # The breakdown as text lines (heapscope top, ?debug=1). size: a callable formatting bytes.
       def report_lines(parts, size:)
-        fmt = ->(bytes) { bytes.nil? ? "unknown" : (bytes.negative? ? "-#{size.call(-bytes)}" : size.call(bytes)) }
+        fmt = ->(bytes) { bytes.nil? ? "unknown" : size.call(bytes) }
         lines = []
         lines << "memory: RSS #{fmt.call(parts[:rss])} (anonymous #{fmt.call(parts[:rss_anon])}, file-backed " \
                  "#{fmt.call(parts[:rss_file])}: code and mapped files)"
@@ -141,14 +159,29 @@ module Heapscope
         else
           lines << "  malloc            unknown (not glibc's allocator, or HEAPSCOPE_MALLOC_STATS=0)"
         end
-        lines << "  unexplained       #{fmt.call(parts[:unexplained])} (anonymous RSS - object heap - profiled " \
-                 "objects' malloc'd bytes - malloc's free bytes)"
-        if parts[:unexplained_in_malloc]
+        # The differences below are sizes only when positive; a negative one is an overlap (two terms that
+        # count the same bytes, or an estimate above what it is compared with), said as such.
+        free = parts[:malloc_not_resident].to_i.positive? ? "malloc's resident free bytes" : "malloc's free bytes"
+        lines << if parts[:unexplained].to_i.negative?
+                   "  unexplained       none: the terms taken from anonymous RSS (object heap, profiled objects' " \
+                     "malloc'd bytes, #{free}) exceed it by #{fmt.call(-parts[:unexplained])}"
+                 else
+                   "  unexplained       #{fmt.call(parts[:unexplained])} (anonymous RSS - object heap - profiled " \
+                     "objects' malloc'd bytes - #{free})"
+                 end
+        if parts[:unexplained_in_malloc]&.negative?
+          lines << "    in malloc       none: the profiled objects' malloc'd bytes#{exact ? "" : " (estimated)"} exceed " \
+                   "malloc's in use by #{fmt.call(-parts[:unexplained_in_malloc])}"
+        elsif parts[:unexplained_in_malloc]
           young = exact ? "" : "young and "
           lines << "    in malloc       #{fmt.call(parts[:unexplained_in_malloc])} (C extensions' and libraries' " \
                    "malloc, #{young}VM-internal objects, malloc's chunk overhead)"
         end
-        if parts[:unexplained_outside_malloc]
+        if parts[:malloc_not_resident].to_i.positive?
+          lines << "    outside malloc  unknown: malloc holds #{fmt.call(parts[:malloc_not_resident])} more than " \
+                   "anonymous RSS - object heap, so at least that much of it is not resident (address space: " \
+                   "free memory given back with madvise, pages never written); it hides as much outside malloc"
+        elsif parts[:unexplained_outside_malloc]
           lines << "    outside malloc  #{fmt.call(parts[:unexplained_outside_malloc])} (thread stacks, other mmaps, " \
                    "other allocators)"
         end

@@ -3,7 +3,7 @@
 require "uri"
 require "heapscope/report/http_fetch"
 require "heapscope/report/sites"
-require "heapscope/surfaces/rack"
+require "heapscope/surfaces/rack_prefix"
 
 module Heapscope
   module Report

@@ -119,7 +119,10 @@ module Heapscope
       # and leaks read flat only, top the type it shows and the ones its error needs, and a vector of
       # every type per site would cost sites x types (a profile can declare a million types). Entry#flat is a vector of every type, shared and frozen
       # for the sites that are never a leaf, so it costs types x leaf sites, which the input holds.
-      def aggregate(prof, by, samples: prof.samples, cum: nil)
+      #
+      # pace: called once per sample and per stack (a Heapscope::Pacer, when the application's threads
+      # must get the GVL: ?debug=1 ranks on one of them), or nil.
+      def aggregate(prof, by, samples: prof.samples, cum: nil, pace: nil)
         key = Labels.by_key(by)
         unless BY.include?(by) || key
           raise Error, "--by must be one of #{BY.join(", ")} or label:KEY, got #{by.inspect}"
@@ -127,7 +130,7 @@ module Heapscope
 
         var = Sampling.variance_labels(prof)
         n = prof.sample_types.size + (var ? var.size : 0) # the width of a value vector
-        return aggregate_label(samples, n, var, key) if key
+        return aggregate_label(samples, n, var, key, pace) if key
 
         # Location ids are 1..N in every writer we know: then an Array is the fastest map for values_at.
         dense = prof.locations.size * 4 + 1024
@@ -139,7 +142,8 @@ module Heapscope
         cum = (cum || (0...n)).to_h { |t| [t, []] } # type index -> site id -> cum value
         sums_arrays = cum.values
         deferred = cum.transform_values { {} } # type index -> location id -> sum for its sites (see count_multi)
-        stacks(samples, n, var).each do |ids, values|
+        stacks(samples, n, var, pace).each do |ids, values|
+          pace&.call
           seq = st[:single].values_at(*ids)
           multi = seq.include?(nil) # a location not seen yet, or one with several sites
           if multi
@@ -219,10 +223,11 @@ module Heapscope
 
       # [[location ids, values summed over the samples with that stack]] in first-seen order, leaving out
       # samples whose values are all zero (as if they were not there). var: the variance labels to add
-      # as columns after the values (n counts them), or nil.
-      def stacks(samples, n, var = nil)
+      # as columns after the values (n counts them), or nil. pace: as for aggregate.
+      def stacks(samples, n, var = nil, pace = nil)
         sums = {}
         each_counted(samples) do |s, times|
+          pace&.call
           values = s.values
           next if values.all?(&:zero?)
 
@@ -351,10 +356,11 @@ module Heapscope
       # Rows by the value of one label (class for --by class): flat and cum are the same, the label being
       # the sample's, not a frame's. Variance columns add per row like the values, so a row's error is
       # its summed variance (or variance groups), as for a line.
-      def aggregate_label(samples, n, var, key)
+      def aggregate_label(samples, n, var, key, pace = nil)
         entries = {}
         missing = Labels.missing_name(key)
         each_counted(samples) do |s, times|
+          pace&.call
           values = s.values
           next if values.all?(&:zero?)
 

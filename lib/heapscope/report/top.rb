@@ -48,7 +48,9 @@ module Heapscope
       # labels: [Labels::Filter]; the rows are then those of the matching samples only, and percentages
       # stay shares of the whole profile's total (as `go tool pprof -tagfocus` shows them), so a row says
       # how much of the heap that line holds for that endpoint; selected_total is the selection's sum.
-      def self.report(prof, path: "profile", sample: nil, by: "line", cum: false, n: 20, all: false, labels: [])
+      #
+      # pace: called at each step of the work over samples (see Sites.aggregate), or nil.
+      def self.report(prof, path: "profile", sample: nil, by: "line", cum: false, n: 20, all: false, labels: [], pace: nil)
         whole = prof
         ti = Sites.sample_index(prof, sample, path)
         Labels.check_by([whole], by, path)
@@ -63,11 +65,18 @@ module Heapscope
         objects_i = prof.sample_index(name.sub(/_space\z/, "_objects"))
         wanted = [ti, objects_i, prof.sample_index("#{stem}_objects"), prof.sample_index("#{stem}_space")].compact.uniq
         wanted |= wanted.flat_map { |i| sampling.variance_columns(i) } # their variance labels (and groups)
-        entries = Sites.aggregate(prof, by, cum: wanted).values
+        # Sorted by flat, the rows read their count and error from flat, and only the cum value itself
+        # from cum: the other columns' cum sums would be work for nothing (?debug=1 runs this on the
+        # application's own threads).
+        wanted = [ti] unless cum
+        entries = Sites.aggregate(prof, by, cum: wanted, pace: pace).values
         shown = all ? entries : entries.reject { |e| e.flat[ti].zero? && e.cum[ti].zero? }
         hidden = entries.size - shown.size
         entries = shown
-        total = whole.samples.sum { |s| s.values[ti] }
+        total = whole.samples.sum do |s|
+          pace&.call
+          s.values[ti]
+        end
         sort = cum ? :cum : :flat
         # With a census, no site reads above its classes' exact totals (Census#excess): rows are bounded,
         # then ranked, so a phantom never leads the table.
@@ -101,7 +110,7 @@ module Heapscope
           "total" => total, "sampling" => sampling.describe, "sample_every" => sampling.sample_every,
           "memory" => memory(whole), "entries_total" => entries.size, "hidden_zero" => hidden, "entries" => rows,
           "labels" => Labels.summary([whole]), "label_filter" => Labels.filter_json(labels || []),
-          "selected_total" => prof.samples.sum { |s| s.values[ti] },
+          "selected_total" => prof.equal?(whole) ? total : prof.samples.sum { |s| s.values[ti] },
           "census" => census&.report(whole, ti, sampling: Sampling.new(whole), at_sites: at_sites),
         }
       end
@@ -112,11 +121,11 @@ module Heapscope
         Memory.of_profile(prof)&.transform_keys(&:to_s)
       end
 
-      # Renders report's Hash as the text table.
-      def self.text(data)
+      # Renders report's Hash as the text table. title: its first lines (?debug=1 names the process
+      # and adds the profile's comments there instead of a file name).
+      def self.text(data, title: "File: #{data["file"]}")
         unit = data["unit"]
-        lines = []
-        lines << "File: #{data["file"]}"
+        lines = Array(title).dup
         lines << "Type: #{data["sample_type"]}, by #{data["by"]}, sorted by #{data["sort"]}; #{data["sampling"]}"
         hidden = data["hidden_zero"].to_i
         keys = Labels.summary_text(data["labels"])

@@ -9,6 +9,7 @@ require "heapscope/report/sites"
 require "heapscope/report/census"
 require "heapscope/memory"
 require "heapscope/surfaces/rack_labels"
+require "heapscope/surfaces/rack_prefix"
 
 module Heapscope
   # Heapscope::Rack serves profiles over HTTP with Go's net/http/pprof conventions, so
@@ -36,7 +37,6 @@ module Heapscope
   class Rack
     extend InternalNew
 
-    PREFIX = "/debug/pprof"
     PREFIX_SLASH = "#{PREFIX}/".freeze
     MAX_SECONDS = 300
     PROFILES = {

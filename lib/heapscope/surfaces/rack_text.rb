@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "heapscope/pacer"
+require "heapscope/report/top"
 
 module Heapscope
   class Rack
@@ -108,75 +109,30 @@ module Heapscope
 
     TEXT_LIMITER = TextLimiter.new
 
-    # TextReport renders a profile as the readable top list of ?debug=1: the allocation sites
-    # (leaf frame and class) holding the most, largest first, each with the standard error of its
-    # bytes as `heapscope top` computes it (Report::Sampling: the variance labels when the profile has
-    # them), and the sampling line of the reports' headers (which says when the budget lowered the rate).
+    # TextReport renders a profile as the readable top list of ?debug=1: `heapscope top`'s own report
+    # and table (Report::Top, by line, sorted by flat), so the listener and top show one set of rows,
+    # in one order, with one error each, and hide the sites at zero as top does (issue 33: this text
+    # once kept a row per leaf frame and class, zeros included). Above the table: the process, the
+    # profile's comments and the autostarted surfaces' counters, which a file read later would not have.
     module TextReport
       ROW_LIMIT = 100
 
-      # Returns the text for gzipped pprof bytes; type :heap ranks by inuse_space, :allocs by alloc_space.
+      # Returns the text for gzipped pprof bytes; type :heap ranks by inuse_space, :allocs by alloc_space
+      # (their object counts for a profile without sizes). limit: rows at most (`heapscope top -n`).
       # note: one more comment line (e.g. why gc=1 was not honoured), or nil. pace: called at each step
       # of the decoding and ranking (a Heapscope::Pacer lets the application's threads run), or nil.
       def self.render(bytes, type:, limit: nil, note: nil, pace: nil)
-        prof = Heapscope::Pprof.decode(bytes, pace: pace)
+        # share: and usable: as `heapscope top` reads a file (equal samples one object; names scrubbed).
+        prof = Report::Sites.usable(Heapscope::Pprof.decode(bytes, share: true, pace: pace), "the #{type} profile")
         kind = type == :allocs ? "alloc" : "inuse"
-        space = prof.sample_index("#{kind}_space") || 0
-        count = prof.sample_index("#{kind}_objects") || space
-        sampling = Report::Sampling.new(prof)
-        var = Report::Sampling.variance_labels(prof)
-        # {[site, class] => value vector}: every type (and variance) summed, for the error.
-        rows = {}
-        leaves = {} # location id => the leaf frame's text: the whole stack is never expanded
-        prof.samples.each do |sample|
-          pace&.call
-          id = sample.location_ids.first
-          leaf = id ? (leaves[id] ||= prof.frames_for([id]).first.to_s) : "(no frames)"
-          key = [leaf, sample.labels["class"].to_s]
-          values = var ? Report::Sampling.with_variances(sample, var) : sample.values
-          if (row = rows[key]) then Report::Sites.add(row, values)
-          else rows[key] = values.dup
-          end
-        end
-        total_space = rows.values.sum { |v| v[space].to_i }
-        total_count = rows.values.sum { |v| v[count].to_i }
-        # With a census (Report::Census), a row (one class at one site) never reads above its class's
-        # exact total: bounded before ranking, and said so under the table.
-        census = Report::Census.of(prof)
-        space_name = prof.sample_types[space]&.first
-        bound = ->(klass, v) { [v[space], census&.exact(klass, space_name)].compact.min }
-        ranked = rows.sort_by { |(site, klass), v| [-bound.call(klass, v), -v[count], site, klass] }
-        limit ||= ROW_LIMIT
-        out = +"heapscope #{type} profile, pid #{Process.pid}, #{Time.now.utc.strftime("%Y-%m-%dT%H:%M:%SZ")}\n"
-        out << "# #{kind}_space #{human(total_space)} in #{total_count} #{kind}_objects (estimates scaled from samples)\n"
-        out << "# sampling: #{sampling.describe}; error: standard error of #{kind}_space\n"
-        out << "# #{note}\n" if note
-        if (parts = Heapscope::Memory.of_profile(prof))
-          Heapscope::Memory.report_lines(parts, size: ->(b) { human(b) }).each { |line| out << "# #{line}\n" }
-        end
-        if census && kind == "inuse"
-          Report::Census.text(census.report(prof, space, sampling: sampling)).each { |line| out << "# #{line}\n" }
-        end
-        # The census's own lines are the rows above; a profile may carry thousands of them.
-        prof.comments.each { |c| out << "# #{c}\n" unless census && c.start_with?(Report::Census::PREFIX) }
-        surfaces.each { |line| out << "# #{line}\n" }
-        out << format("%12s %7s %7s %12s  %-24s %s\n", "#{kind}_space", "error", "%", "objects", "class", "allocation site")
-        notes = []
-        ranked.first(limit).each do |(site, klass), v|
-          value = bound.call(klass, v)
-          share = total_space.zero? ? 0.0 : 100.0 * value / total_space
-          error = v[space].zero? ? "-" : Report::Units.error(sampling.relative_error(v, space))
-          shown = human(value.to_i)
-          if value < v[space]
-            shown = "≤#{shown}"
-            notes << "# ≤ #{site} (#{klass}): bounded by #{klass}'s exact total (census); the estimate was #{human(v[space].to_i)}\n"
-          end
-          out << format("%12s %7s %6.2f%% %12d  %-24s %s\n", shown, error, share, v[count].to_i,
-                        klass.empty? ? "-" : klass, site)
-        end
-        out << "# ... #{ranked.size - limit} more sites\n" if ranked.size > limit
-        notes.each { |n| out << n }
-        out
+        sample = ["#{kind}_space", "#{kind}_objects"].find { |name| prof.sample_index(name) }
+        data = Report::Top.report(prof, path: "#{type} profile", sample: sample, n: limit || ROW_LIMIT, pace: pace)
+        head = ["heapscope #{type} profile, pid #{Process.pid}, #{Time.now.utc.strftime("%Y-%m-%dT%H:%M:%SZ")}"]
+        head << "# #{note}" if note
+        # The census's own lines are its rows in the table's header; a profile may carry thousands of them.
+        prof.comments.each { |c| head << "# #{c}" unless c.start_with?(Report::Census::PREFIX) }
+        surfaces.each { |line| head << "# #{line}" }
+        "#{Report::Top.text(data, title: head)}\n"
       end
 
       # Counters of the autostarted surfaces (periodic files, Pyroscope pushes), when there are any.
@@ -188,17 +144,6 @@ module Heapscope
 
           "#{name}: #{counters.map { |k, v| "#{k}=#{v}" }.join(" ")}"
         end
-      end
-
-      def self.human(bytes)
-        units = %w[B KiB MiB GiB TiB]
-        value = bytes.to_f
-        unit = 0
-        while value.abs >= 1024 && unit < units.size - 1
-          value /= 1024
-          unit += 1
-        end
-        unit.zero? ? "#{bytes}B" : format("%.1f%s", value, units[unit])
       end
     end
   end
