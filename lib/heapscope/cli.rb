@@ -8,11 +8,12 @@ require "heapscope/env_config"
 
 module Heapscope
   # CLI is the `heapscope` command: `run` profiles a Ruby command through RUBYOPT=-rheapscope/auto;
-  # top, flamegraph, diff and leaks read profile files (Heapscope::Report::CLI, loaded only then).
+  # top, flamegraph, diff and leaks read profile files (Heapscope::Report::CLI, loaded only then); ui
+  # serves a page over them (Heapscope::UI::CLI).
   # Exit statuses: 0 ok, 1 failure, 2 bad usage (one line saying why); `run` exits with the
   # command's own status (128+N when a signal N ended it, 127 when it could not be started).
   module CLI
-    REPORT_COMMANDS = %w[top flamegraph diff leaks retainers examples].freeze
+    REPORT_COMMANDS = %w[top flamegraph diff leaks retainers examples ui].freeze
     DEFAULT_DIR = EnvConfig::DEFAULT_DIR
 
     # Flags of `run`: flag => [environment variable, placeholder, help].
@@ -47,6 +48,8 @@ module Heapscope
         leaks FILES...|DIR|URLS...   sites whose live objects keep growing across profiles
         retainers URL FILE:LINE      who keeps a site's live objects alive, in a running process
         examples URL FILE:LINE       what a site's live objects hold (a preview of each), in a running process
+        ui SOURCE... [--port N]      a local web page: live bytes over time, top, flame graph, diff, leaks
+                                     (SOURCE: a folder of profiles, files, live URLs; heapscope ui --help)
         help, --help, -h             this text (heapscope run --help: the flags of run)
         --version                    the version
 
@@ -87,10 +90,13 @@ module Heapscope
       def report(command, argv, out, err)
         begin
           require "heapscope/report/cli"
+          require "heapscope/ui/cli" if command == "ui"
         rescue LoadError => e
           err.puts("heapscope: the #{command} command is not available in this build (#{e.message})")
           return 1
         end
+        return Heapscope::UI::CLI.run(argv, out: out, err: err) if command == "ui"
+
         Heapscope::Report::CLI.run(command, argv, out: out, err: err)
       end
     end

@@ -131,23 +131,49 @@ module Heapscope
         times = points.map { |p| (p[:time] - points.first[:time]) / 60.0 } # minutes since the first
         sites = {}
         points.each_with_index do |p, k|
-          sampling = Sampling.new(p[:prof])
-          Sites.aggregate(p[:prof], by, cum: []).each do |key, e|
+          site_values(p[:prof], by, p[:ti]) do |key, e, value, error|
             s = sites[key] ||= { entry: e, values: Array.new(points.size, 0), errors: Array.new(points.size, 0.0) }
-            s[:values][k] = e.flat[p[:ti]]
-            s[:errors][k] = sampling.absolute_error(e.flat, p[:ti])
+            s[:values][k] = value
+            s[:errors][k] = error
           end
         end
         ages = age_distribution(points.last, by)
 
         last_sampling = Sampling.new(points.last[:prof])
         every = last_sampling.rate_lowered? ? last_sampling.current_sample_every : last_sampling.sample_every
+        rows = rank(sites, times, every: every, unit: unit, ages: ages)
+        {
+          "profiles" => points.map { |p| { "file" => p[:path], "time" => Time.at(p[:time]).utc.iso8601 } },
+          "minutes" => times.last.round(3), "sample_type" => name, "unit" => unit, "by" => by,
+          "sampling" => Sampling.new(points.last[:prof]).describe, "old_age" => OLD_AGE,
+          "growing_total" => rows.size, "sites" => rows.first(n),
+          "labels" => Labels.summary(wholes), "label_filter" => Labels.filter_json(labels || []),
+        }
+      end
+
+      # Yields key, entry, value and its 1σ error (nil when unknown) for every site of prof grouped by by,
+      # of sample type index ti: one point of a site's series (here, and in `heapscope ui`'s summaries).
+      def self.site_values(prof, by, ti)
+        sampling = Sampling.new(prof)
+        Sites.aggregate(prof, by, cum: []).each do |key, e|
+          yield key, e, e.flat[ti], sampling.absolute_error(e.flat, ti)
+        end
+      end
+
+      # The growing sites of a series, leaks first (the table's rows, as Hashes). sites: {key => {entry:
+      # (name, function, file, line), values: [live value per point], errors: [its 1σ error per point]}};
+      # times: minutes since the first point; every: the sample_every of the newest point; ages: {key =>
+      # {gc_age bucket => value}} (may be empty). `heapscope ui` ranks its summaries of a folder with it.
+      def self.rank(sites, times, every:, unit:, ages: {})
+        intervals = times.size - 1
         rows = sites.map do |key, s|
+          growth = s[:values].last - s[:values].first
+          next if growth <= 0 # cheap, and such a site is left out below anyway: no trend to fit
+
           trend = Verdict.trend(times, s[:values], s[:errors], every: every, unit: unit)
           rises = s[:values].each_cons(2).count { |a, b| b > a }
-          steady = rises.to_f / (points.size - 1)
-          growth = s[:values].last - s[:values].first
-          next if trend[:rate] <= 0 || growth <= 0
+          steady = rises.to_f / intervals
+          next if trend[:rate] <= 0
 
           age = ages[key] || {}
           old = age.sum { |bucket, v| bucket >= OLD_AGE ? v : 0 }
@@ -158,7 +184,7 @@ module Heapscope
           {
             "name" => e.name, "function" => e.function, "file" => e.file, "line" => e.line,
             "rate_per_minute" => trend[:rate].round(3), "rate_error" => trend[:rate_error]&.round(3),
-            "r_squared" => r_squared(times, s[:values], trend[:rate]), "rises" => rises, "intervals" => points.size - 1,
+            "r_squared" => r_squared(times, s[:values], trend[:rate]), "rises" => rises, "intervals" => intervals,
             "steady" => steady.round(4), "score" => (trend[:rate] * steady).round(3),
             "first" => s[:values].first, "last" => s[:values].last, "growth" => growth,
             "last_relative_error" => last_err && s[:values].last.positive? ? Units.significant(last_err / s[:values].last) : nil,
@@ -173,13 +199,6 @@ module Heapscope
         # Leaks first (by rate), then the undecided (by their trend's strength), churn, noise: a big
         # one-off step must not hide a slow leak, and the next snapshots should go to the undecided.
         rows.sort_by! { |r| [ORDER.fetch(r["verdict"]), r["verdict"] == Verdict::UNCLEAR ? -(r["trend_sigmas"] || 0) : -r["rate_per_minute"], r["name"]] }
-        {
-          "profiles" => points.map { |p| { "file" => p[:path], "time" => Time.at(p[:time]).utc.iso8601 } },
-          "minutes" => times.last.round(3), "sample_type" => name, "unit" => unit, "by" => by,
-          "sampling" => Sampling.new(points.last[:prof]).describe, "old_age" => OLD_AGE,
-          "growing_total" => rows.size, "sites" => rows.first(n),
-          "labels" => Labels.summary(wholes), "label_filter" => Labels.filter_json(labels || []),
-        }
       end
 
       # {site key => {gc_age bucket => value}} of the newest profile (empty without gc_age labels).

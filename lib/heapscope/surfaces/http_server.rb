@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "socket"
+require "uri"
 require "heapscope/internal"
 require "heapscope/env_config"
 require "heapscope/surfaces/rack"
@@ -32,7 +33,9 @@ module Heapscope
   #   - an answer that the client does not read within write_timeout seconds is abandoned,
   #   - one request per connection (connection: close), so no idle keep-alive sockets.
   # A non-loopback host needs a token; with a token every request must carry
-  # "Authorization: Bearer TOKEN" (401 otherwise; the scheme is case-insensitive).
+  # "Authorization: Bearer TOKEN" (401 otherwise; the scheme is case-insensitive). query_token: true
+  # also accepts ?token=TOKEN in the target, for pages a browser opens (`heapscope ui`: a browser
+  # cannot send a header when following a link); the profile listener keeps to the header.
   #
   # None of this shows in the application's profiles: the loop and worker threads exclude themselves
   # from sampling as they start (Heapscope.exclude_thread), and start and after_fork, which run on the
@@ -77,7 +80,7 @@ module Heapscope
     attr_reader :host, :token, :max_connections
 
     def initialize(host: "127.0.0.1", port: 6060, token: nil, app: nil, max_connections: nil, max_requests: 8,
-                   workers: 2, read_timeout: 5, write_timeout: 30, fork_mode: :offset)
+                   workers: 2, read_timeout: 5, write_timeout: 30, fork_mode: :offset, query_token: false)
       if token.nil? && !EnvConfig::HttpAddress.loopback?(host)
         raise ArgumentError, "refusing to serve profiles on non-loopback address #{host} without a token " \
                              "(set HEAPSCOPE_HTTP_TOKEN or pass token:)"
@@ -96,6 +99,7 @@ module Heapscope
       @read_timeout = read_timeout
       @write_timeout = write_timeout
       @fork_mode = fork_mode
+      @query_token = query_token
       @server = nil
       @thread = nil
       @conns = nil
@@ -390,7 +394,7 @@ module Heapscope
 
     def handle(conn, request)
       head = request.method == "HEAD"
-      if @token && !authorized?(request.headers["authorization"])
+      if @token && !authorized?(request.headers["authorization"]) && !(@query_token && query_authorized?(request.target))
         return reply(conn, 401, "missing or wrong Authorization: Bearer token",
                      { "www-authenticate" => "Bearer realm=\"heapscope\"" }, head: head)
       end
@@ -509,7 +513,19 @@ module Heapscope
 
     def authorized?(header)
       # RFC 7235: the scheme is case-insensitive and followed by one or more spaces.
-      given = header.to_s[/\Abearer +(.+)\z/i, 1]
+      token_matches?(header.to_s[/\Abearer +(.+)\z/i, 1])
+    end
+
+    # ?token=TOKEN (percent-encoded) in the request target.
+    def query_authorized?(target)
+      query = target.split("?", 2)[1] or return false
+      given = URI.decode_www_form(query).find { |k, _| k == "token" }&.last
+      token_matches?(given)
+    rescue ArgumentError
+      false
+    end
+
+    def token_matches?(given)
       return false if given.nil? || given.bytesize != @token.bytesize
 
       # Constant time, so the comparison does not leak how much of the token matched.

@@ -1,0 +1,186 @@
+# frozen_string_literal: true
+
+require "uri"
+require "heapscope/report/top"
+require "heapscope/report/diff"
+require "heapscope/report/flamegraph"
+require "heapscope/surfaces/http_server"
+require "heapscope/ui/sources"
+require "heapscope/ui/timeline"
+require "heapscope/ui/page"
+
+module Heapscope
+  module UI
+    # App answers the ui's requests (a Rack app, served by the listener's hardened HttpServer: its caps
+    # on request size, its timeouts, worker pool and token check):
+    #
+    #   GET /                          the page (timeline, top table, diff, leaks)
+    #   GET /api/timeline              every series' timeline (UI::Timeline), and how many files wait
+    #   GET /api/top?snap=ID           one snapshot's top table with errors (Report::Top)
+    #   GET /api/diff?base=ID&new=ID   what changed between two snapshots (Report::Diff)
+    #   GET /flame?snap=ID             the snapshot's flame graph page (Report::Flamegraph)
+    #   GET /diff?base=ID&new=ID       the diff's flame graph page
+    #
+    # Snapshots are named by the ids /api/timeline gives, never by a path (Sources). An unknown
+    # path is 404, an unknown or missing parameter 400, an unknown snapshot 404, a profile that cannot be
+    # read (gone, or an older live snapshot) 404 with the reason.
+    class App
+      ROUTES = {
+        "/" => [:page, []], "/api/timeline" => [:timeline, []], "/api/top" => [:top, %w[snap]],
+        "/api/diff" => [:diff, %w[base new]], "/flame" => [:flame, %w[snap]], "/diff" => [:diff_page, %w[base new]],
+      }.freeze
+      # Every answer: never cached, never framed by another site, no script or request but the page's own.
+      HEADERS = {
+        "cache-control" => "no-store", "x-content-type-options" => "nosniff", "x-frame-options" => "DENY",
+        "content-security-policy" => "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; " \
+                                     "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'",
+      }.freeze
+      TOP_ROWS = 30
+
+      class BadRequest < StandardError
+        attr_reader :status
+
+        def initialize(status, message)
+          super(message)
+          @status = status
+        end
+      end
+
+      def initialize(sources, refresh:)
+        @sources = sources
+        @refresh = refresh
+        @timelines = {} # series name => [version, json]: rebuilt only when the series changed
+        @lock = Mutex.new
+      end
+
+      def call(env)
+        method = env["REQUEST_METHOD"]
+        raise BadRequest.new(405, "only GET and HEAD") unless %w[GET HEAD].include?(method)
+
+        action, wanted = ROUTES[env["PATH_INFO"]]
+        raise BadRequest.new(404, "no such page: #{env["PATH_INFO"]}") unless action
+
+        send(action, params(env["QUERY_STRING"], wanted))
+      rescue BadRequest => e
+        text(e.status, e.message)
+      rescue Report::Error => e
+        text(404, e.message)
+      end
+
+      private
+
+      # The query's parameters: exactly the wanted ones (and the token the server checked already).
+      def params(query, wanted)
+        given = URI.decode_www_form(query.to_s)
+        given.each do |key, _|
+          raise BadRequest.new(400, "unknown parameter #{key}") unless wanted.include?(key) || key == "token"
+        end
+        given = given.to_h
+        wanted.each { |key| raise BadRequest.new(400, "missing parameter #{key}") if given[key].to_s.empty? }
+        given
+      rescue ArgumentError
+        raise BadRequest.new(400, "malformed query")
+      end
+
+      def snapshot(id)
+        raise BadRequest.new(400, "a snapshot id is a number, got #{id.inspect[0, 40]}") unless id.match?(/\A\d{1,18}\z/)
+
+        @sources.snapshot(id) or raise BadRequest.new(404, "no snapshot #{id} (the page may be out of date: reload it)")
+      end
+
+      def page(_)
+        html(Page.render)
+      end
+
+      def timeline(_)
+        series = @sources.series.map do |s|
+          @lock.synchronize do
+            cached = @timelines[s.name]
+            next cached[1] if cached && cached[0] == s.version
+
+            built = Timeline.build(s, @sources.table)
+            @timelines[s.name] = [s.version, built]
+            built
+          end
+        end
+        json("series" => series, "pending" => @sources.pending, "refresh" => @refresh)
+      end
+
+      def top(query)
+        snap = snapshot(query["snap"])
+        prof = @sources.profile(snap)
+        data = Report::Top.report(prof, path: label(snap), sample: "inuse_space", n: TOP_ROWS)
+        json(data.merge("snapshot" => snap.id))
+      end
+
+      def diff(query)
+        base, newer = pair(query)
+        json(Report::Diff.report(@sources.profile(base), @sources.profile(newer), base_path: label(base),
+                                                                                   new_path: label(newer), sample: "inuse_space"))
+      end
+
+      def flame(query)
+        snap = snapshot(query["snap"])
+        html(Report::Flamegraph.html(@sources.profile(snap), path: label(snap), sample: "inuse_space"))
+      end
+
+      def diff_page(query)
+        base, newer = pair(query)
+        html(Report::Diff.html(@sources.profile(base), @sources.profile(newer), base_path: label(base),
+                                                                                 new_path: label(newer), sample: "inuse_space"))
+      end
+
+      def pair(query)
+        base = snapshot(query["base"])
+        newer = snapshot(query["new"])
+        raise BadRequest.new(400, "base and new are the same snapshot") if base.equal?(newer)
+
+        [base, newer]
+      end
+
+      # How reports name a snapshot: its file, or its series and fetch time for a live one.
+      def label(snap)
+        snap.path || "#{snap.series} at #{Time.at(snap.fetched_at).utc.strftime("%H:%M:%S")}"
+      end
+
+      def html(body)
+        [200, HEADERS.merge("content-type" => "text/html; charset=utf-8"), [body]]
+      end
+
+      def json(data)
+        [200, HEADERS.merge("content-type" => "application/json"), [Report::Escape.script_json(data)]]
+      end
+
+      def text(status, message)
+        [status, HEADERS.merge("content-type" => "text/plain; charset=utf-8"), ["#{Report::Escape.terminal(message)}\n"]]
+      end
+    end
+
+    # Server is the running ui: the sources, polled and summarized in the background, behind an
+    # HttpServer (loopback only unless a token is given, as the profile listener).
+    class Server
+      attr_reader :sources, :http
+
+      def initialize(sources, host: "127.0.0.1", port: 0, token: nil, refresh: 10)
+        @sources = sources
+        @http = HttpServer.new(host: host, port: port, token: token, app: App.new(sources, refresh: refresh),
+                               fork_mode: :off, query_token: true, workers: 2, max_requests: 8)
+      end
+
+      def start
+        @sources.start
+        @http.start
+        self
+      end
+
+      def url
+        @http.url.sub(%r{#{Heapscope::Rack::PREFIX}/\z}o, "/")
+      end
+
+      def stop
+        @http.stop
+        @sources.stop
+      end
+    end
+  end
+end
