@@ -198,8 +198,14 @@
       if (!snaps.some(function (p) { return p.memory[m[0]] !== null && p.memory[m[0]] !== undefined; })) return;
       trace(root, snaps, sc, snaps.map(function (p) { return p.memory[m[0]] || 0; }), [], m[1], m[0], "memory");
     });
-    var wrap = el("div", {});
-    wrap.appendChild(el("div", {}, "Process memory: " + MEMORY.map(function (m) { return m[0]; }).join(", ") + " (see docs/memory.md)"));
+    var wrap = el("div", { "class": "hs-legend" });
+    wrap.appendChild(document.createTextNode("Process memory (Heapscope::Memory, see docs/memory.md): "));
+    MEMORY.forEach(function (m) {
+      var item = el("span", {}, m[0]);
+      item.insertBefore(el("i", { style: "background:" + m[1] }), item.firstChild);
+      wrap.appendChild(item);
+    });
+    wrap.appendChild(el("br"));
     wrap.appendChild(root);
     return wrap;
   }

@@ -1,0 +1,277 @@
+# frozen_string_literal: true
+
+# `heapscope ui`: the server over a folder of periodic profiles of a leaking app (made by running a
+# small script under `heapscope run`), checked through HTTP (timeline, top, diff, flame graph, bad
+# requests, token), a live listener's URL refreshed on its own, the CLI's usage errors, and the page
+# itself in headless Chromium (browser_helper.rb).
+
+require_relative "test_http_helper"
+require_relative "browser_helper"
+require "net/http"
+require "open3"
+require "heapscope/ui/cli"
+
+class TestUI < Minitest::Test
+  include SurfacesTestHelper
+  include BrowserHelper
+
+  EXE = File.join(ROOT, "exe/heapscope")
+  # Line 4 keeps what it makes (the leak); line 5 replaces its array each turn (churn: flat over time).
+  LEAKY = <<~RUBY
+    KEEP = []
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    while Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0 < Float(ARGV[0])
+      200.times { KEEP << ("x" * 1000) }
+      $churn = Array.new(2000) { "y" * 1000 }
+      sleep 0.02
+    end
+  RUBY
+  LEAK_LINE = "leaky.rb:4"
+  CHURN_LINE = "leaky.rb:5"
+
+  # The folder of periodic profiles, made once for every test of this file.
+  def self.folder
+    @folder ||= begin
+      dir = Dir.mktmpdir("heapscope-ui-data")
+      at_exit { FileUtils.rm_rf(dir) }
+      File.write(File.join(dir, "leaky.rb"), LEAKY)
+      _, err, status = Open3.capture3({ "RUBYOPT" => nil, "HEAPSCOPE_DIR" => nil }, RbConfig.ruby, EXE, "run",
+                                      "--dir", File.join(dir, "prof"), "--interval", "0.2", "--sampling", "always",
+                                      "--sample-every", "50", "--", RbConfig.ruby, "leaky.rb", "2.5", chdir: dir)
+      raise "heapscope run failed: #{err}" unless status.success?
+
+      File.join(dir, "prof")
+    end
+  end
+
+  def setup
+    @dir = Dir.mktmpdir("heapscope-ui")
+    @servers = []
+    @children = []
+  end
+
+  def teardown
+    stop_browser if @cdp
+    @servers.each(&:stop)
+    @children.each do |pid|
+      Process.kill("TERM", pid)
+      Process.wait(pid)
+    rescue Errno::ESRCH, Errno::ECHILD
+      nil
+    end
+    FileUtils.rm_rf(@dir)
+  end
+
+  # A started ui server over sources; waits until every file is summarized.
+  def serve(folders: [self.class.folder], urls: [], token: nil, refresh: 10)
+    sources = Heapscope::UI::Sources.new(folders: folders, urls: urls, refresh: refresh)
+    server = Heapscope::UI::Server.new(sources, port: 0, token: token, refresh: refresh).start
+    @servers << server
+    deadline = now + 60
+    sleep 0.05 while sources.pending.positive? && now < deadline
+    server
+  end
+
+  def now
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+
+  def get(server, target, headers = {})
+    Net::HTTP.start("127.0.0.1", server.http.port, read_timeout: 60) do |http|
+      http.get(target, headers)
+    end
+  end
+
+  def get_json(server, target)
+    res = get(server, target)
+    assert_equal "200", res.code, "#{target}: #{res.body}"
+    JSON.parse(res.body)
+  end
+
+  def site(series, line)
+    series["sites"].find { |s| s["name"].end_with?(line) }
+  end
+
+  def test_timeline_shows_the_leak_rising_and_the_churn_flat
+    data = get_json(serve, "/api/timeline")
+    assert_equal 0, data["pending"]
+    series = data["series"].first
+    assert_operator series["snapshots"].size, :>=, 8
+    times = series["snapshots"].map { |s| s["time"] }
+    assert_equal times.sort, times
+    leak = site(series, LEAK_LINE)
+    churn = site(series, CHURN_LINE)
+    assert leak, "the leak line is not drawn: #{series["sites"].map { |s| s["name"] }}"
+    assert churn, "the churn line is not drawn"
+    # Rising: every third point above the one before it, and the last far above the first.
+    values = leak["values"]
+    assert_operator values.last, :>, 4 * values.first
+    assert values.each_slice(3).map(&:first).each_cons(2).all? { |a, b| b > a }, values.inspect
+    assert_equal values.size, leak["errors"].size
+    assert leak["errors"].all? { |e| e >= 0 }
+    # The leak table calls it a leak; the churn line is no leak, and it never holds more than one
+    # turn's arrays (about 2 MB, three turns at most between two GCs).
+    row = series["leaks"].find { |r| r["name"].end_with?(LEAK_LINE) }
+    assert_equal "leak", row["verdict"], row.inspect
+    refute series["leaks"].any? { |r| r["name"].end_with?(CHURN_LINE) && r["verdict"] == "leak" }
+    assert_operator churn["values"].max, :<, 16_000_000
+    assert_operator churn["values"].max, :<, values.last
+    # Totals with errors, and the memory breakdown of each snapshot.
+    assert series["snapshots"].all? { |s| s["total"].positive? && s["total_error"] >= 0 }
+    assert series["snapshots"].last["memory"]&.key?("rss")
+  end
+
+  def test_top_flame_and_diff_of_snapshots
+    server = serve
+    snaps = get_json(server, "/api/timeline")["series"].first["snapshots"]
+    first = snaps[1]["id"]
+    last = snaps[-2]["id"] # the final profile is written after the loop ended; take the last periodic one
+    top = get_json(server, "/api/top?snap=#{last}")
+    entry = top["entries"].find { |e| e["name"].end_with?(LEAK_LINE) }
+    assert entry
+    assert_operator entry["relative_error"], :>, 0
+    diff = get_json(server, "/api/diff?base=#{first}&new=#{last}")
+    grew = diff["grew"].find { |r| r["name"].end_with?(LEAK_LINE) }
+    assert_equal "grew", grew["verdict"], grew.inspect
+    %W[/flame?snap=#{last} /diff?base=#{first}&new=#{last} /].each do |target|
+      res = get(server, target)
+      assert_equal "200", res.code, target
+      assert_match %r{\Atext/html}, res["content-type"]
+      refute_match %r{(src|href)=["']?https?://}, res.body, "#{target} must not load anything from the network"
+    end
+    assert_includes get(server, "/flame?snap=#{last}").body, "leaky.rb"
+  end
+
+  def test_bad_requests_get_4xx_and_read_nothing_outside_the_sources
+    server = serve
+    {
+      "/nope" => "404", "/api/top" => "400", "/api/top?snap=abc" => "400", "/api/top?snap=999999" => "404",
+      "/flame?file=../../etc/passwd" => "400", "/flame?snap=../../etc/passwd" => "400",
+      "/../../etc/passwd" => "404", "/%2e%2e/%2e%2e/etc/passwd" => "404", "/api/diff?base=1&new=1" => "400",
+      "/api/top?snap=1&snap=%00" => "400", "/api/top?%zz" => "400",
+    }.each do |target, code|
+      res = get(server, target)
+      assert_equal code, res.code, "#{target}: #{res.body}"
+      refute_includes res.body, "root:"
+    end
+    post = Net::HTTP.start("127.0.0.1", server.http.port) { |h| h.post("/api/timeline", "x") }
+    assert_equal "413", post.code # a body is refused by the listener before the app sees it
+    post = Net::HTTP.start("127.0.0.1", server.http.port) { |h| h.request(Net::HTTP::Delete.new("/api/timeline")) }
+    assert_equal "405", post.code
+  end
+
+  def test_token_by_header_or_query
+    server = serve(token: "s3cret-token-123")
+    assert_equal "401", get(server, "/api/timeline").code
+    assert_equal "401", get(server, "/api/timeline?token=wrong").code
+    assert_equal "200", get(server, "/api/timeline?token=s3cret-token-123").code
+    assert_equal "200", get(server, "/api/timeline", "Authorization" => "Bearer s3cret-token-123").code
+  end
+
+  def test_cli_usage_errors_are_one_line_and_exit_2
+    closed = TCPServer.new("127.0.0.1", 0).then { |s| s.addr[1].tap { s.close } }
+    empty = Dir.mktmpdir("heapscope-ui-empty", @dir)
+    {
+      [] => /missing SOURCE/,
+      [File.join(@dir, "missing")] => /missing: no such file, folder or URL/,
+      [empty] => /no profiles/,
+      [self.class.folder, "--port", "http"] => /--port must be a number from 0 to 65535, got "http"/,
+      [self.class.folder, "--port", "70000"] => /--port must be a number/,
+      [self.class.folder, "--host", "0.0.0.0"] => /not a loopback address: set HEAPSCOPE_HTTP_TOKEN/,
+      ["http://127.0.0.1:#{closed}/debug/pprof/heap", "--timeout", "5"] => %r{127\.0\.0\.1:#{closed}/debug/pprof/heap},
+    }.each do |argv, message|
+      out = StringIO.new
+      err = StringIO.new
+      assert_equal 2, Heapscope::UI::CLI.run(argv, out: out, err: err), argv.inspect
+      assert_equal 1, err.string.lines.size, err.string
+      assert_match message, err.string
+      assert_match(/\Aheapscope ui: /, err.string)
+    end
+    out, = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, EXE, "--help")
+    assert_includes out, "ui SOURCE..."
+  end
+
+  # A listener in a child process (heapscope run --http), fetched every 0.3 s.
+  def test_live_source_refreshes
+    port = TCPServer.new("127.0.0.1", 0).then { |s| s.addr[1].tap { s.close } }
+    File.write(File.join(@dir, "leaky.rb"), LEAKY)
+    @children << Process.spawn({ "RUBYOPT" => nil, "HEAPSCOPE_DIR" => nil }, RbConfig.ruby, EXE, "run", "--dir",
+                               File.join(@dir, "prof"), "--http", "127.0.0.1:#{port}", "--", RbConfig.ruby, "leaky.rb", "60",
+                               chdir: @dir, out: File::NULL, err: File.join(@dir, "run.log"))
+    url = "http://127.0.0.1:#{port}/debug/pprof/heap"
+    deadline = now + 30
+    until (Net::HTTP.get_response(URI(url)).code == "200" rescue false) # rubocop:disable Style/RescueModifier
+      flunk "the listener did not start: #{File.read(File.join(@dir, "run.log"))}" if now > deadline
+      sleep 0.2
+    end
+    server = serve(folders: [], urls: [url], refresh: 0.3)
+    deadline = now + 30
+    series = nil
+    loop do
+      series = get_json(server, "/api/timeline")["series"].first
+      break if series["snapshots"].size >= 4 || now > deadline
+
+      sleep 0.3
+    end
+    assert_operator series["snapshots"].size, :>=, 4
+    assert_equal "live", series["kind"]
+    newest = series["snapshots"].last["id"]
+    assert_equal "200", get(server, "/flame?snap=#{newest}").code
+    # Older live snapshots keep only their summaries.
+    assert_equal "404", get(server, "/flame?snap=#{series["snapshots"].first["id"]}").code
+  end
+
+  def test_page_in_chromium
+    path = BrowserHelper.chromium
+    flunk "chromium is required: apt-get install chromium" unless path
+    server = serve
+    start_browser(path)
+    @cdp.call("Network.enable", {}, session: @session)
+    @cdp.events.clear
+    @cdp.call("Page.navigate", { url: server.url }, session: @session)
+    @cdp.wait_event("Page.loadEventFired")
+    drawn = lambda do
+      eval_js("Array.from(document.querySelectorAll('svg.hs-timeline path.line')).map(p => p.getAttribute('data-site')).join('\\n')")
+    end
+    deadline = now + 20
+    sleep 0.1 until drawn.call.include?(LEAK_LINE) || now > deadline
+    sites = drawn.call.split("\n")
+    assert_includes sites, "total"
+    leak = sites.find { |s| s.end_with?(LEAK_LINE) }
+    assert leak, sites.inspect
+    # The leak's path rises: its last point is higher on the page (smaller y) than its first.
+    ys = eval_js("(function(){var p=Array.from(document.querySelectorAll('svg.hs-timeline path.line'))" \
+                 ".find(p=>p.getAttribute('data-site').endsWith('#{LEAK_LINE}'));" \
+                 "var pts=p.getAttribute('d').slice(1).split('L').map(s=>+s.split(',')[1]);return [pts[0],pts[pts.length-2]]})()")
+    assert_operator ys[1], :<, ys[0] - 50
+    assert_operator eval_js("document.querySelectorAll('svg.hs-timeline polygon.band').length"), :>=, 3
+    assert_includes eval_js("document.querySelector('.hs-leaks').innerText"), "leak"
+
+    # Two clicks on points: the top table of the second, and the diff of the two.
+    ids = eval_js("Array.from(document.querySelectorAll('svg.hs-timeline circle.snap')).map(c => c.getAttribute('data-id'))")
+    [ids[1], ids[-2]].each do |id|
+      box = eval_js("(function(){var r=document.querySelector('svg.hs-timeline circle.snap[data-id=\"#{id}\"]')" \
+                    ".getBoundingClientRect();return [r.x,r.y,r.width,r.height]})()")
+      eval_js("window.scrollTo(0,0)")
+      mouse("mousePressed", box, click: 1)
+      mouse("mouseReleased", box, click: 1)
+    end
+    deadline = now + 20
+    sleep 0.1 until (eval_js("document.getElementById('hs-diff-table') ? 1 : 0") == 1 && eval_js("document.getElementById('hs-top-table') ? 1 : 0") == 1) || now > deadline
+    assert_includes eval_js("document.getElementById('hs-top-table').innerText"), LEAK_LINE
+    diff = eval_js("Array.from(document.querySelectorAll('#hs-diff-table tr[data-verdict]')).map(r => r.getAttribute('data-verdict') + ' ' + r.lastChild.textContent)")
+    assert diff.any? { |r| r.start_with?("grew") && r.end_with?(LEAK_LINE) }, diff.inspect
+    assert_match %r{/flame\?snap=\d+\z}, eval_js("document.getElementById('hs-flame-link').href")
+
+    shot = @cdp.call("Page.captureScreenshot", { format: "png" }, session: @session)["data"].unpack1("m")
+    FileUtils.mkdir_p(File.join(ROOT, "tmp"))
+    File.binwrite(File.join(ROOT, "tmp", "ui-timeline.png"), shot)
+    assert_operator shot.bytesize, :>, 10_000
+
+    # Every request the page made went to this server.
+    urls = @cdp.events.select { |e| e["method"] == "Network.requestWillBeSent" }.map { |e| e.dig("params", "request", "url") }
+    assert_operator urls.size, :>=, 3
+    urls.each { |u| assert u.start_with?("http://127.0.0.1:#{server.http.port}/"), u }
+    assert_no_console_errors
+  end
+end
