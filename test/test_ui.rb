@@ -63,8 +63,9 @@ class TestUI < Minitest::Test
   end
 
   # A started ui server over sources; waits until every file is summarized.
-  def serve(folders: [self.class.folder], urls: [], token: nil, refresh: 10)
-    sources = Heapscope::UI::Sources.new(folders: folders, urls: urls, refresh: refresh)
+  def serve(folders: [self.class.folder], urls: [], token: nil, refresh: 10, cache: File.join(@dir, "cache"))
+    sources = Heapscope::UI::Sources.new(folders: folders, urls: urls, refresh: refresh,
+                                         cache: Heapscope::UI::SummaryCache.new(cache))
     server = Heapscope::UI::Server.new(sources, port: 0, token: token, refresh: refresh).start
     @servers << server
     deadline = now + 60
@@ -119,6 +120,16 @@ class TestUI < Minitest::Test
     # Totals with errors, and the memory breakdown of each snapshot.
     assert series["snapshots"].all? { |s| s["total"].positive? && s["total_error"] >= 0 }
     assert series["snapshots"].last["memory"]&.key?("rss")
+  end
+
+  # A second server over the same folder reads the summaries back (one cache file per profile) and
+  # shows the same timeline.
+  def test_summary_cache_gives_the_same_timeline
+    first = get_json(serve, "/api/timeline")["series"]
+    assert_equal Dir.children(self.class.folder).size, Dir.children(File.join(@dir, "cache")).size
+    File.write(File.join(@dir, "cache", "junk.json"), "{not json")
+    Dir[File.join(@dir, "cache", "*.json")].first.then { |f| File.write(f, "[]") } # a bad entry is a miss
+    assert_equal first, get_json(serve, "/api/timeline")["series"]
   end
 
   def test_top_flame_and_diff_of_snapshots

@@ -3,6 +3,7 @@
 require "heapscope/report/command"
 require "heapscope/report/leaks"
 require "heapscope/ui/summary"
+require "heapscope/ui/summary_cache"
 
 module Heapscope
   module UI
@@ -32,7 +33,9 @@ module Heapscope
 
       # folders, files, urls: what the command line named (checked by UI::CLI). refresh: seconds between
       # fetches of a live URL. fetch_timeout: the deadline of one fetch.
-      def initialize(folders: [], files: [], urls: [], refresh: 10, max_size: Pprof::DEFAULT_MAX_SIZE, fetch_timeout: 30)
+      # cache: where summaries outlive the server (SummaryCache; nil for none).
+      def initialize(folders: [], files: [], urls: [], refresh: 10, max_size: Pprof::DEFAULT_MAX_SIZE, fetch_timeout: 30,
+                     cache: SummaryCache.new)
         @folders = folders
         @files = files
         @urls = urls
@@ -40,6 +43,7 @@ module Heapscope
         @max_size = max_size
         @fetch_timeout = fetch_timeout
         @table = SiteTable.new
+        @cache = cache || SummaryCache.new(nil)
         @lock = Mutex.new
         @series = {} # name => Series, in the order first seen
         @by_id = {}
@@ -47,6 +51,7 @@ module Heapscope
         @next_id = 0
         @loaded = {} # snapshot id => Profile, oldest first (LRU)
         @queue = Thread::Queue.new
+        @pending = 0 # queued or being summarized
         @scanned_at = nil
         @threads = []
       end
@@ -78,7 +83,7 @@ module Heapscope
 
       # Snapshots not summarized yet (the page shows the count and asks again).
       def pending
-        @queue.size
+        @lock.synchronize { @pending }
       end
 
       # The whole profile of a snapshot: kept (live) or read again from its file. Report::Error when
@@ -142,6 +147,7 @@ module Heapscope
             @loaded.delete(id)
             series.snapshots << snap
             series.version += 1
+            @pending += 1
             @queue << snap
           end
         rescue SystemCallError
@@ -156,14 +162,20 @@ module Heapscope
       def summarize_loop
         while (snap = @queue.pop)
           begin
-            prof = Report::Sites.load(snap.path, max_size: @max_size)
-            summary = Summarize.call(prof, @table, name: snap.path, fallback_time: snap.stamp[0])
+            summary = @cache.read(snap.path, snap.stamp, @table)
+            unless summary
+              prof = Report::Sites.load(snap.path, max_size: @max_size)
+              summary = Summarize.call(prof, @table, name: snap.path, fallback_time: snap.stamp[0])
+              @cache.write(snap.path, snap.stamp, summary, @table)
+            end
             @lock.synchronize do
               snap.summary = summary
               @series[snap.series].version += 1
             end
           rescue Report::Error, SystemCallError => e
             snap.error = e.message
+          ensure
+            @lock.synchronize { @pending -= 1 }
           end
         end
       rescue ClosedQueueError

@@ -14,14 +14,17 @@ module Heapscope
       def initialize
         @ids = {}
         @sites = []
+        @keys = []
         @lock = Mutex.new
       end
 
-      # The id of entry's site (a Report::Sites::Entry), numbering it on first sight.
+      # The id of the site key (Report::Sites' row key) named by entry (name, function, file, line: a
+      # Report::Sites::Entry or a Site), numbering it on first sight.
       def id(key, entry)
         @ids[key] || @lock.synchronize do
           @ids[key] ||= begin
             @sites << Site.new(entry.name, entry.function, entry.file, entry.line).freeze
+            @keys << key
             @sites.size - 1
           end
         end
@@ -30,22 +33,31 @@ module Heapscope
       def [](id)
         @sites[id]
       end
+
+      def key(id)
+        @keys[id]
+      end
     end
 
-    # Summary is what the timeline keeps of one snapshot: its time, the total live bytes, the sampling
-    # rate, the memory breakdown (Heapscope::Memory) and, for every site with live bytes, its value and
-    # 1σ error (parallel arrays of site ids, values and errors). Whole profiles are read again only when
-    # a page needs one (top table, flame graph, diff), so memory stays bounded by the summaries.
+    # Summary is what the timeline keeps of one snapshot: its time, the total live bytes and its error,
+    # the sampling rate, the memory breakdown (Heapscope::Memory), and the KEPT largest sites' live
+    # bytes with their 1σ errors (parallel arrays, ids sorted so that a site is a binary search away).
+    # Whole profiles are read again only when a page needs one (top table, flame graph, diff).
     #
-    # ids are sorted, so a site's value is a binary search away; top holds the ids of the TOP largest
-    # sites: the timeline draws the sites that are ever in a snapshot's top list, found without a pass
-    # over every site of every snapshot.
-    Summary = Struct.new(:time, :total, :total_error, :unit, :every, :memory, :ids, :values, :errors, :top,
+    # Why only the largest: a summary is read back from the cache at every start (SummaryCache), and
+    # 5,000 sites a snapshot made that 15 ms a file, half a minute for a folder of 500. A site below a
+    # snapshot's KEPT largest held at most floor bytes there (the largest value left out), so it reads
+    # as floor / 2 ± floor / √12 (uniform on [0, floor]): small against the sites drawn, and wide enough
+    # that a leak's trend through such points is not overstated. top holds the TOP largest ids: the
+    # sites the chart may draw are the union of the snapshots' top lists.
+    Summary = Struct.new(:time, :total, :total_error, :unit, :every, :memory, :ids, :values, :errors, :top, :floor,
                          keyword_init: true) do
-      # [value, 1σ error] of site id in this snapshot; [0, 0.0] when it held nothing then.
+      # [value, 1σ error] of site id in this snapshot.
       def at(id)
         i = ids.bsearch_index { |x| x >= id }
-        i && ids[i] == id ? [values[i], errors[i]] : [0, 0.0]
+        return [values[i], errors[i]] if i && ids[i] == id
+
+        floor.to_i.positive? ? [floor / 2.0, floor / Math.sqrt(12)] : [0, 0.0]
       end
     end
 
@@ -53,6 +65,8 @@ module Heapscope
       SAMPLE = "inuse_space"
       # Sites per snapshot that may be drawn (the chart shows about 10 of their union).
       TOP = 20
+      # Sites per snapshot whose values are kept (see Summary).
+      KEPT = 300
 
       module_function
 
@@ -66,17 +80,21 @@ module Heapscope
         Report::Leaks.site_values(prof, "line", ti) do |key, entry, value, error|
           rows << [table.id(key, entry), value, (error || 0.0).to_f] unless value.zero?
         end
-        rows.sort_by!(&:first)
+        # Sites are independent estimates: their errors add in quadrature.
+        total_error = Math.sqrt(rows.sum { |r| r[2]**2 })
+        rows.sort_by! { |r| [-r[1], r[0]] }
+        floor = rows.size > KEPT ? rows[KEPT][1] : 0
+        top = rows.first(TOP).map(&:first)
+        rows = rows.first(KEPT).sort_by!(&:first)
         sampling = Report::Sampling.new(prof)
         Summary.new(
           time: prof.time_nanos.to_i.positive? ? prof.time_nanos / 1e9 : fallback_time,
           total: prof.samples.sum { |s| s.values[ti] }, unit: unit,
-          # Sites are independent estimates: their errors add in quadrature.
-          total_error: Math.sqrt(rows.sum { |r| r[2]**2 }),
+          total_error: total_error, floor: floor,
           every: sampling.rate_lowered? ? sampling.current_sample_every : sampling.sample_every,
           memory: Memory.of_profile(prof)&.transform_keys(&:to_s),
           ids: rows.map(&:first), values: rows.map { |r| r[1] }, errors: rows.map(&:last),
-          top: rows.max_by(TOP) { |r| r[1] }.map(&:first)
+          top: top
         )
       end
     end
