@@ -21,7 +21,7 @@ Gem::Specification.new do |spec|
     "rubygems_mfa_required" => "true",
   }
   spec.required_ruby_version = ">= 3.1"
-  spec.files = Dir["lib/**/*.rb", "ext/**/*.{c,h,rb}", "exe/*", "README.md", "LICENSE", "CHANGELOG.md", "docs/**/*.md"]
+  spec.files = Dir["lib/**/*.rb", "lib/heapscope/ui/assets/*.{js,css}", "ext/**/*.{c,h,rb}", "exe/*", "README.md", "LICENSE", "CHANGELOG.md", "docs/**/*.md"]
   spec.bindir = "exe"
   spec.executables = ["heapscope"]
   spec.extensions = ["ext/heapscope/extconf.rb"]
