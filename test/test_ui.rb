@@ -171,6 +171,33 @@ class TestUI < Minitest::Test
     assert_equal "405", post.code
   end
 
+  # Label filters (label=KEY=VALUE, as --label) on the top table, the diff and the flame graph.
+  def test_label_filters
+    folder = File.join(@dir, "labelled")
+    FileUtils.mkdir_p(folder)
+    types = [%w[inuse_objects count], %w[inuse_space bytes]]
+    2.times do |k|
+      prof = Heapscope::Pprof::Profile.new(sample_types: types, time_nanos: (1_700_000_000 + 60 * k) * 1_000_000_000,
+                                           comments: ["heapscope sample_every=1"])
+      prof.add_sample(frames: [["Users#show", "app/users.rb", 3]], values: [10, 1000 * (k + 1)], labels: { "endpoint" => "users" })
+      prof.add_sample(frames: [["Posts#index", "app/posts.rb", 7]], values: [10, 500], labels: { "endpoint" => "posts" })
+      File.binwrite(File.join(folder, "app-1-#{k}.heap.pb.gz"), prof.to_pprof)
+    end
+    server = serve(folders: [folder])
+    ids = get_json(server, "/api/timeline")["series"].first["snapshots"].map { |s| s["id"] }
+    labels = get_json(server, "/api/labels?snap=#{ids[0]}")["labels"]
+    assert_equal [{ "key" => "endpoint", "values" => [["posts", 1], ["users", 1]], "more" => false }], labels
+    top = get_json(server, "/api/top?snap=#{ids[1]}&label=endpoint%3Dposts")
+    assert_equal ["Posts#index app/posts.rb:7"], top["entries"].map { |e| e["name"] }
+    diff = get_json(server, "/api/diff?base=#{ids[0]}&new=#{ids[1]}&label=endpoint%3Dusers")
+    assert_equal ["Users#show app/users.rb:3"], diff["grew"].map { |r| r["name"] }
+    assert_equal "200", get(server, "/flame?snap=#{ids[1]}&label=endpoint%3Dusers").code
+    assert_equal "400", get(server, "/api/top?snap=#{ids[1]}&label=endpoint").code
+    assert_equal "404", get(server, "/api/top?snap=#{ids[1]}&label=endpoint%3Dnone").code # no sample matches
+    # A file's snapshot has no process to ask who holds a site.
+    assert_equal "400", get(server, "/api/retainers?snap=#{ids[1]}&site=app%2Fusers.rb%3A3").code
+  end
+
   def test_token_by_header_or_query
     server = serve(token: "s3cret-token-123")
     assert_equal "401", get(server, "/api/timeline").code
@@ -228,6 +255,14 @@ class TestUI < Minitest::Test
     assert_equal "live", series["kind"]
     newest = series["snapshots"].last["id"]
     assert_equal "200", get(server, "/flame?snap=#{newest}").code
+    # Who holds the leak: asked of the process (its /debug/pprof/retainers); the KEEP constant does.
+    top = get_json(server, "/api/top?snap=#{newest}")
+    assert top["live"]
+    leak = top["entries"].find { |e| e["name"].end_with?(LEAK_LINE) }
+    res = get(server, "/api/retainers?snap=#{newest}&site=#{URI.encode_www_form_component("#{leak["file"]}:#{leak["line"]}")}")
+    assert_equal "200", res.code, res.body
+    assert_includes res.body, "KEEP"
+    assert_equal "400", get(server, "/api/retainers?snap=#{newest}&site=nowhere").code
     # Older live snapshots keep only their summaries.
     assert_equal "404", get(server, "/flame?snap=#{series["snapshots"].first["id"]}").code
   end

@@ -40,10 +40,7 @@ module Heapscope
       end
 
       def run(out)
-        url, site = @args
-        uri = endpoint(url)
-        uri.query = URI.encode_www_form(query(site))
-        response = fetch(uri)
+        uri, response = answer
         body = response.body.force_encoding(Encoding::UTF_8)
         unless response.code == 200
           raise Error, "#{uri.host}:#{uri.port} answered #{response.code}: " \
@@ -53,6 +50,15 @@ module Heapscope
         # Names come from the process (classes, keys): no control character of theirs reaches the terminal.
         body.each_line { |line| out.puts(Escape.terminal(line.chomp)) }
         0
+      end
+
+      # [the endpoint's URI, its answer (HttpFetch's response)] for the arguments given (`heapscope ui`
+      # shows it for a live snapshot's site).
+      def answer
+        url, site = @args
+        uri = endpoint(url)
+        uri.query = URI.encode_www_form(query(site))
+        [uri, fetch(uri)]
       end
 
       private

@@ -24,7 +24,7 @@ module Heapscope
         <h1>heapscope: live heap over time</h1>
         <div id="hs-status">loading...</div>
         <div id="hs-series"></div>
-        <div id="hs-detail"><div id="hs-top"></div><div id="hs-diff"></div></div>
+        <div id="hs-detail"><div id="hs-labels"></div><div id="hs-top"></div><pre id="hs-retainers"></pre><div id="hs-diff"></div></div>
         <p style="color:#777">Lines: live bytes (inuse_space) per snapshot, of the whole heap and of its largest
         sites (by line); bands: ±2σ sampling error. heapscope %<version>s, docs/ui.md.</p>
         <script>%<js>s</script>

@@ -4,6 +4,7 @@ require "uri"
 require "heapscope/report/top"
 require "heapscope/report/diff"
 require "heapscope/report/flamegraph"
+require "heapscope/report/retainers"
 require "heapscope/surfaces/http_server"
 require "heapscope/ui/sources"
 require "heapscope/ui/timeline"
@@ -20,6 +21,11 @@ module Heapscope
     #   GET /api/diff?base=ID&new=ID   what changed between two snapshots (Report::Diff)
     #   GET /flame?snap=ID             the snapshot's flame graph page (Report::Flamegraph)
     #   GET /diff?base=ID&new=ID       the diff's flame graph page
+    #   GET /api/labels?snap=ID        the snapshot's user labels and their values (for the filters)
+    #   GET /api/retainers?snap=ID&site=FILE:LINE   who holds the site, asked of a live snapshot's process
+    #
+    # /api/top, /api/diff, /flame and /diff take label=KEY=VALUE, repeatable: only the samples with
+    # every label given (Report::Labels, as --label). The timeline is of whole profiles.
     #
     # Snapshots are named by the ids /api/timeline gives, never by a path (Sources). An unknown
     # path is 404, an unknown or missing parameter 400, an unknown snapshot 404, a profile that cannot be
@@ -28,7 +34,11 @@ module Heapscope
       ROUTES = {
         "/" => [:page, []], "/api/timeline" => [:timeline, []], "/api/top" => [:top, %w[snap]],
         "/api/diff" => [:diff, %w[base new]], "/flame" => [:flame, %w[snap]], "/diff" => [:diff_page, %w[base new]],
+        "/api/labels" => [:labels, %w[snap]], "/api/retainers" => [:retainers, %w[snap site]],
       }.freeze
+      # Parameters any page may carry besides its own: the token (checked by the server) and label filters.
+      OPTIONAL = %w[token label].freeze
+      LABEL_VALUES = 100 # values listed per label key
       # Every answer: never cached, never framed by another site, no script or request but the page's own.
       HEADERS = {
         "cache-control" => "no-store", "x-content-type-options" => "nosniff", "x-frame-options" => "DENY",
@@ -70,16 +80,20 @@ module Heapscope
       private
 
       # The query's parameters: exactly the wanted ones (and the token the server checked already).
+      # "label" is a list of Report::Labels::Filter, possibly empty.
       def params(query, wanted)
         given = URI.decode_www_form(query.to_s)
         given.each do |key, _|
-          raise BadRequest.new(400, "unknown parameter #{key}") unless wanted.include?(key) || key == "token"
+          raise BadRequest.new(400, "unknown parameter #{key}") unless wanted.include?(key) || OPTIONAL.include?(key)
         end
-        given = given.to_h
+        labels = given.select { |key, _| key == "label" }.map { |_, v| Report::Labels.parse_filter(v) }
+        given = given.to_h.merge("label" => labels)
         wanted.each { |key| raise BadRequest.new(400, "missing parameter #{key}") if given[key].to_s.empty? }
         given
       rescue ArgumentError
         raise BadRequest.new(400, "malformed query")
+      rescue Report::Error => e
+        raise BadRequest.new(400, e.message)
       end
 
       def snapshot(id)
@@ -109,25 +123,57 @@ module Heapscope
       def top(query)
         snap = snapshot(query["snap"])
         prof = @sources.profile(snap)
-        data = Report::Top.report(prof, path: label(snap), sample: "inuse_space", n: TOP_ROWS)
-        json(data.merge("snapshot" => snap.id))
+        data = Report::Top.report(prof, path: label(snap), sample: "inuse_space", n: TOP_ROWS, labels: query["label"])
+        json(data.merge("snapshot" => snap.id, "live" => !@sources.url_of(snap).nil?))
       end
 
       def diff(query)
         base, newer = pair(query)
         json(Report::Diff.report(@sources.profile(base), @sources.profile(newer), base_path: label(base),
-                                                                                   new_path: label(newer), sample: "inuse_space"))
+                                                                                   new_path: label(newer), sample: "inuse_space",
+                                                                                   labels: query["label"]))
       end
 
       def flame(query)
         snap = snapshot(query["snap"])
-        html(Report::Flamegraph.html(@sources.profile(snap), path: label(snap), sample: "inuse_space"))
+        html(Report::Flamegraph.html(@sources.profile(snap), path: label(snap), sample: "inuse_space", labels: query["label"]))
       end
 
       def diff_page(query)
         base, newer = pair(query)
         html(Report::Diff.html(@sources.profile(base), @sources.profile(newer), base_path: label(base),
-                                                                                 new_path: label(newer), sample: "inuse_space"))
+                                                                                 new_path: label(newer), sample: "inuse_space",
+                                                                                 labels: query["label"]))
+      end
+
+      # {"labels" => [{"key", "values" => [[value, samples]...]}]}, most frequent values first.
+      def labels(query)
+        snap = snapshot(query["snap"])
+        found = Report::Labels.values([@sources.profile(snap)])
+        json("labels" => found.sort.map do |key, values|
+          { "key" => key, "values" => values.sort_by { |v, n| [-n, v] }.first(LABEL_VALUES), "more" => values.size > LABEL_VALUES }
+        end)
+      end
+
+      # The retainers of a site, as `heapscope retainers URL FILE:LINE` prints them (text), from the
+      # process a live snapshot came from (the walk runs there, bounded by its own limits).
+      def retainers(query)
+        snap = snapshot(query["snap"])
+        url = @sources.url_of(snap) or raise BadRequest.new(400, "retainers are asked of a live process: this snapshot is a file's")
+        site = query["site"]
+        raise BadRequest.new(400, "site must be FILE:LINE") unless site.match?(/\A[^\x00-\x1f]{1,4096}:\d{1,9}\z/)
+
+        process = Report::ProfileUrl.parse(url)
+        process.path = process.path.delete_suffix("/heap") # Retainers adds /retainers to the prefix
+        process.query = nil
+        uri, response = Report::Retainers.new([process.to_s, site, "--timeout", "30"]).answer
+        body = Report::Escape.scrub(response.body)
+        if response.code == 200
+          lines = body.lines.map { |line| Report::Escape.terminal(line.chomp) }
+          return [200, HEADERS.merge("content-type" => "text/plain; charset=utf-8"), ["#{lines.join("\n")}\n"]]
+        end
+
+        text(response.code == 404 ? 404 : 400, "#{uri.host}:#{uri.port} answered #{response.code}: #{body.lines.first.to_s.chomp[0, 200]}")
       end
 
       def pair(query)

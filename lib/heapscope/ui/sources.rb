@@ -27,7 +27,8 @@ module Heapscope
       # kept (live ones); summary: once summarized; error: why it could not be read.
       Snapshot = Struct.new(:id, :series, :path, :stamp, :profile, :summary, :error, :fetched_at)
 
-      Series = Struct.new(:name, :kind, :snapshots, :version, :last_error)
+      # url: a live series' URL as given (with its password, if any; name is its display form).
+      Series = Struct.new(:name, :kind, :snapshots, :version, :last_error, :url)
 
       attr_reader :table, :max_size
 
@@ -79,6 +80,11 @@ module Heapscope
 
       def snapshot(id)
         @lock.synchronize { @by_id[id] }
+      end
+
+      # The live URL a snapshot was fetched from; nil for a file's.
+      def url_of(snap)
+        @lock.synchronize { @series[snap.series]&.url }
       end
 
       # Snapshots not summarized yet (the page shows the count and asks again).
@@ -193,7 +199,7 @@ module Heapscope
         summary = Summarize.call(prof, @table, name: Report::ProfileUrl.display(url), fallback_time: now)
         @lock.synchronize do
           name = Report::ProfileUrl.display(url)
-          series = (@series[name] ||= Series.new(name, "live", [], 0))
+          series = (@series[name] ||= Series.new(name, "live", [], 0, nil, url))
           snap = Snapshot.new(new_id, name, nil, nil, prof, summary, nil, now)
           @by_id[snap.id] = snap
           series.snapshots << snap

@@ -11,11 +11,14 @@
   var token = new URLSearchParams(location.search).get("token");
   var picks = []; // snapshot ids picked on the charts, oldest pick first (at most 2)
   var data = null;
-  window.hsUI = { picks: picks, pick: pick, data: function () { return data; } };
+  window.hsUI = { picks: picks, pick: pick, data: function () { return data; }, filter: setFilter };
 
-  // A URL of this server, with the token when the page was opened with one.
-  function api(path, params) {
+  var filters = {}; // label key -> value: the top table, diff and flame graphs show those samples only
+
+  // A URL of this server, with the token when the page was opened with one, and the label filters.
+  function api(path, params, withLabels) {
     var q = new URLSearchParams(params || {});
+    if (withLabels) Object.keys(filters).sort().forEach(function (k) { q.append("label", k + "=" + filters[k]); });
     if (token) q.set("token", token);
     var s = q.toString();
     return path + (s ? "?" + s : "");
@@ -240,11 +243,15 @@
   }
 
   // Picks a snapshot: its top table; with the previous pick, their diff (older one as the base).
-  function pick(id) {
-    var at = picks.indexOf(id);
-    if (at >= 0) picks.splice(at, 1);
-    picks.push(id);
-    while (picks.length > 2) picks.shift();
+  // again: the same picks shown anew (a filter changed).
+  function pick(id, again) {
+    if (!again) {
+      var at = picks.indexOf(id);
+      if (at >= 0) picks.splice(at, 1);
+      picks.push(id);
+      while (picks.length > 2) picks.shift();
+      showLabels(id);
+    }
     markPicks();
     showTop(id);
     if (picks.length === 2) {
@@ -268,19 +275,47 @@
     }).then(then).catch(function (e) { into.textContent = ""; into.appendChild(el("div", { "class": "hs-error" }, String(e.message || e))); });
   }
 
+  // Sets (or with value "", clears) a label filter and shows the picks again with it.
+  function setFilter(key, v) {
+    if (v) filters[key] = v; else delete filters[key];
+    if (picks.length) pick(picks[picks.length - 1], true);
+  }
+
+  // One select per user label of the snapshot (GET /api/labels).
+  function showLabels(id) {
+    var box = document.getElementById("hs-labels");
+    fetch(api("/api/labels", { snap: id })).then(function (r) { return r.ok ? r.json() : { labels: [] }; }).then(function (d) {
+      box.textContent = "";
+      if (!d.labels.length) return;
+      box.appendChild(document.createTextNode("Only samples with: "));
+      d.labels.forEach(function (l) {
+        var sel = el("select", { "data-key": l.key });
+        sel.appendChild(el("option", { value: "" }, l.key + ": any"));
+        l.values.forEach(function (v) {
+          var o = el("option", { value: v[0] }, l.key + "=" + v[0] + " (" + v[1] + " samples)");
+          if (filters[l.key] === v[0]) o.selected = true;
+          sel.appendChild(o);
+        });
+        sel.addEventListener("change", function () { setFilter(l.key, sel.value); });
+        box.appendChild(sel);
+      });
+    });
+  }
+
   function showTop(id) {
     var box = document.getElementById("hs-top");
-    getJSON(api("/api/top", { snap: id }), box, function (d) {
+    getJSON(api("/api/top", { snap: id }, true), box, function (d) {
       box.textContent = "";
       var snap = snapshotById(id);
       box.appendChild(el("h2", {}, "Snapshot " + (snap ? snap.iso + (snap.file ? " (" + snap.file + ")" : "") : id)));
       var links = el("div", {});
-      links.appendChild(el("a", { href: api("/flame", { snap: id }), target: "_blank", id: "hs-flame-link" }, "flame graph"));
+      links.appendChild(el("a", { href: api("/flame", { snap: id }, true), target: "_blank", id: "hs-flame-link" }, "flame graph"));
       box.appendChild(links);
-      box.appendChild(el("div", {}, "Total " + value(d.total, d.unit) + " live; " + d.sampling + ". error: 1σ sampling error."));
+      var sel = d.label_filter.length ? " Selected: " + value(d.selected_total, d.unit) + " (percentages are of the total)." : "";
+      box.appendChild(el("div", {}, "Total " + value(d.total, d.unit) + " live; " + d.sampling + ". error: 1σ sampling error." + sel));
       var t = el("table", { id: "hs-top-table" });
       var head = el("tr", {});
-      ["flat", "flat%", "error", "objects", "site"].forEach(function (h, i) { head.appendChild(el("th", i === 4 ? { "class": "n" } : {}, h)); });
+      ["flat", "flat%", "error", "objects", "site", ""].forEach(function (h, i) { head.appendChild(el("th", i === 4 ? { "class": "n" } : {}, h)); });
       t.appendChild(head);
       d.entries.forEach(function (e) {
         var tr = el("tr", {});
@@ -289,18 +324,34 @@
         tr.appendChild(el("td", {}, pct(e.relative_error)));
         tr.appendChild(el("td", {}, e.objects === null ? "-" : e.objects));
         tr.appendChild(el("td", { "class": "n" }, e.name));
+        var cell = el("td", {});
+        // Who holds it: asked of the running process, so only for a live snapshot's sites with a line.
+        if (d.live && e.file && e.line > 0) {
+          var b = el("button", { "class": "hs-retainers" }, "who holds it");
+          b.addEventListener("click", function () { showRetainers(id, e.file + ":" + e.line); });
+          cell.appendChild(b);
+        }
+        tr.appendChild(cell);
         t.appendChild(tr);
       });
       box.appendChild(t);
     });
   }
 
+  function showRetainers(id, site) {
+    var box = document.getElementById("hs-retainers");
+    box.textContent = "asking the process who holds " + site + "...";
+    fetch(api("/api/retainers", { snap: id, site: site })).then(function (r) {
+      return r.text().then(function (t) { box.textContent = (r.ok ? "" : "failed: ") + t; });
+    }).catch(function (e) { box.textContent = "failed: " + e; });
+  }
+
   function showDiff(base, newer) {
     var box = document.getElementById("hs-diff");
-    getJSON(api("/api/diff", { base: base.id, "new": newer.id }), box, function (d) {
+    getJSON(api("/api/diff", { base: base.id, "new": newer.id }, true), box, function (d) {
       box.textContent = "";
       box.appendChild(el("h2", {}, "Diff " + base.iso + " -> " + newer.iso));
-      box.appendChild(el("a", { href: api("/diff", { base: base.id, "new": newer.id }), target: "_blank" }, "diff flame graph"));
+      box.appendChild(el("a", { href: api("/diff", { base: base.id, "new": newer.id }, true), target: "_blank" }, "diff flame graph"));
       box.appendChild(el("div", {}, "Total " + value(d.total_base, d.unit) + " -> " + value(d.total_new, d.unit) +
                                     "; change ± 1σ error; noise = within 2σ"));
       var t = el("table", { id: "hs-diff-table" });
