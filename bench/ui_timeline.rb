@@ -68,7 +68,7 @@ timed = lambda do |server = nil|
     sleep 0.02
   end
   series = JSON.parse(body)["series"].first
-  raise "expected #{profiles} snapshots, got #{series["snapshots"].size}" unless series["snapshots"].size == profiles
+  raise "expected #{profiles} snapshots, got #{series["snapshots"].size}: #{series["errors"]}" unless series["snapshots"].size == profiles
   raise "the leak is not found" unless series["leaks"].first["name"].include?("work0 ")
 
   [Process.clock_gettime(Process::CLOCK_MONOTONIC) - t, body.bytesize, server]

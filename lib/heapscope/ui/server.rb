@@ -47,14 +47,8 @@ module Heapscope
       }.freeze
       TOP_ROWS = 30
 
-      class BadRequest < StandardError
-        attr_reader :status
-
-        def initialize(status, message)
-          super(message)
-          @status = status
-        end
-      end
+      # A request the ui refuses: status and message, as the listener's own (Http::RequestError).
+      BadRequest = Http::RequestError
 
       def initialize(sources, refresh:)
         @sources = sources
@@ -107,6 +101,9 @@ module Heapscope
       end
 
       def timeline(_)
+        # Read before the series: a summary finished in between must not make a partial timeline
+        # look complete (the page stops polling when nothing is pending).
+        pending = @sources.pending
         series = @sources.series.map do |s|
           @lock.synchronize do
             cached = @timelines[s.name]
@@ -117,7 +114,7 @@ module Heapscope
             built
           end
         end
-        json("series" => series, "pending" => @sources.pending, "refresh" => @refresh)
+        json("series" => series, "pending" => pending, "refresh" => @refresh)
       end
 
       def top(query)
@@ -128,10 +125,8 @@ module Heapscope
       end
 
       def diff(query)
-        base, newer = pair(query)
-        json(Report::Diff.report(@sources.profile(base), @sources.profile(newer), base_path: label(base),
-                                                                                   new_path: label(newer), sample: "inuse_space",
-                                                                                   labels: query["label"]))
+        base, newer, opts = pair(query)
+        json(Report::Diff.report(base, newer, **opts))
       end
 
       def flame(query)
@@ -140,10 +135,8 @@ module Heapscope
       end
 
       def diff_page(query)
-        base, newer = pair(query)
-        html(Report::Diff.html(@sources.profile(base), @sources.profile(newer), base_path: label(base),
-                                                                                 new_path: label(newer), sample: "inuse_space",
-                                                                                 labels: query["label"]))
+        base, newer, opts = pair(query)
+        html(Report::Diff.html(base, newer, **opts))
       end
 
       # {"labels" => [{"key", "values" => [[value, samples]...]}]}, most frequent values first.
@@ -176,12 +169,14 @@ module Heapscope
         text(response.code == 404 ? 404 : 400, "#{uri.host}:#{uri.port} answered #{response.code}: #{body.lines.first.to_s.chomp[0, 200]}")
       end
 
+      # [base profile, new profile, the keywords Diff.report and Diff.html take] of a diff's query.
       def pair(query)
         base = snapshot(query["base"])
         newer = snapshot(query["new"])
         raise BadRequest.new(400, "base and new are the same snapshot") if base.equal?(newer)
 
-        [base, newer]
+        [@sources.profile(base), @sources.profile(newer),
+         { base_path: label(base), new_path: label(newer), sample: "inuse_space", labels: query["label"] }]
       end
 
       # How reports name a snapshot: its file, or its series and fetch time for a live one.
