@@ -5,21 +5,22 @@
 # (heapscope-style profiles, named as the periodic writer names them, one site leaking; kept under
 # tmp/ for the next run), then times, in this process, from starting the server to the first complete
 # GET /api/timeline answer:
-#   cold  a new server whose summary cache (HEAPSCOPE_UI_CACHE) is empty: every profile decoded once
+#   cold  a new server whose summary cache (HEAPSCOPE_UI_CACHE, kept in tmp/ beside the folder) is
+#         empty: every profile decoded once (only on the first run, or with --cold: it takes minutes)
 #   warm  a new server over the same folder with its summary cache filled (the usual case: the cache
 #         outlives the server)
 #   again the same server asked again (the page's next poll)
 #
-#   bundle exec ruby -Ilib bench/ui_timeline.rb [PROFILES] [SITES]
+#   bundle exec ruby -Ilib bench/ui_timeline.rb [PROFILES] [SITES] [--cold]
 require "heapscope/pprof"
 require "heapscope/ui/server"
 require "net/http"
 require "json"
 require "fileutils"
-require "tmpdir"
 
-profiles = Integer(ARGV[0] || 500)
-sites = Integer(ARGV[1] || 5000)
+numbers = ARGV.reject { |a| a.start_with?("--") }
+profiles = Integer(numbers[0] || 500)
+sites = Integer(numbers[1] || 5000)
 root = File.expand_path("..", __dir__)
 dir = File.join(root, "tmp", "ui-bench-#{profiles}x#{sites}")
 types = [%w[alloc_objects count], %w[alloc_space bytes], %w[inuse_objects count], %w[inuse_space bytes]]
@@ -53,7 +54,10 @@ unless Dir.exist?(dir) && Dir.children(dir).size == profiles
               Process.clock_gettime(Process::CLOCK_MONOTONIC) - t, File.size(Dir[File.join(dir, "*")].first) / 1024.0)
 end
 
-cache = Dir.mktmpdir("heapscope-ui-cache")
+# The summary cache is kept beside the folder: a cold run (its first, or with --cold) takes minutes.
+cache = "#{dir}-cache"
+FileUtils.rm_rf(cache) if ARGV.include?("--cold")
+cold_run = !Dir.exist?(cache) || Dir.empty?(cache)
 ENV["HEAPSCOPE_UI_CACHE"] = cache
 
 # Seconds from starting a server to its first complete timeline, and that answer's size.
@@ -65,7 +69,7 @@ timed = lambda do |server = nil|
     body = Net::HTTP.get(URI("http://127.0.0.1:#{server.http.port}/api/timeline"))
     break if JSON.parse(body)["pending"].zero?
 
-    sleep 0.02
+    sleep 0.1
   end
   series = JSON.parse(body)["series"].first
   raise "expected #{profiles} snapshots, got #{series["snapshots"].size}: #{series["errors"]}" unless series["snapshots"].size == profiles
@@ -74,15 +78,14 @@ timed = lambda do |server = nil|
   [Process.clock_gettime(Process::CLOCK_MONOTONIC) - t, body.bytesize, server]
 end
 
-begin
-  cold, bytes, first = timed.call
-  again, = timed.call(first)
-  first.stop
-  warm, _, second = timed.call
-  second.stop
-  rss = File.read("/proc/self/status")[/VmHWM:\s+(\d+)/, 1].to_i / 1024
-  puts format("%d profiles x %d sites: cold %.2f s, warm (summary cache) %.2f s, again %.2f s; timeline %d KB; peak RSS %d MiB",
-              profiles, sites, cold, warm, again, bytes / 1024, rss)
-ensure
-  FileUtils.rm_rf(cache)
+cold = nil
+if cold_run
+  cold, _, server = timed.call
+  server.stop
 end
+warm, bytes, server = timed.call
+again, = timed.call(server)
+server.stop
+rss = File.read("/proc/self/status")[/VmHWM:\s+(\d+)/, 1].to_i / 1024
+puts format("%d profiles x %d sites: %swarm (summary cache) %.2f s, again %.2f s; timeline %d KB; peak RSS %d MiB",
+            profiles, sites, cold ? format("cold %.1f s, ", cold) : "", warm, again, bytes / 1024, rss)

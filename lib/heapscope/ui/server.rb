@@ -46,6 +46,8 @@ module Heapscope
                                      "img-src data:; connect-src 'self'; base-uri 'none'; form-action 'none'",
       }.freeze
       TOP_ROWS = 30
+      # How long a timeline request waits for profiles still being read before answering with what is ready.
+      WAIT_SECONDS = 1.0
 
       # A request the ui refuses: status and message, as the listener's own (Http::RequestError).
       BadRequest = Http::RequestError
@@ -101,16 +103,23 @@ module Heapscope
       end
 
       def timeline(_)
+        # While profiles are being read, wait a moment for the rest: the page then gets the whole
+        # timeline as soon as it is ready rather than at its next poll.
+        deadline = clock + WAIT_SECONDS
+        sleep 0.02 while @sources.pending.positive? && clock < deadline
         # Read before the series: a summary finished in between must not make a partial timeline
-        # look complete (the page stops polling when nothing is pending).
+        # look complete (the page polls again while something is pending).
         pending = @sources.pending
         series = @sources.series.map do |s|
           @lock.synchronize do
             cached = @timelines[s.name]
-            next cached[1] if cached && cached[0] == s.version
+            # A partial timeline is rebuilt at most once a second: each summary changes the series, and
+            # rebuilding at every poll would take the time the summaries need.
+            fresh = cached && (cached[0] == s.version || (pending.positive? && clock - cached[2] < 1))
+            next cached[1] if fresh
 
             built = Timeline.build(s, @sources.table)
-            @timelines[s.name] = [s.version, built]
+            @timelines[s.name] = [s.version, built, clock]
             built
           end
         end
@@ -182,6 +191,10 @@ module Heapscope
       # How reports name a snapshot: its file, or its series and fetch time for a live one.
       def label(snap)
         snap.path || "#{snap.series} at #{Time.at(snap.fetched_at).utc.strftime("%H:%M:%S")}"
+      end
+
+      def clock
+        Process.clock_gettime(Process::CLOCK_MONOTONIC)
       end
 
       def html(body)

@@ -54,16 +54,17 @@
     s.className = error ? "hs-error" : "";
   }
 
+  // Asks for the timeline every second while profiles are being read, then every refresh period (live
+  // sources, and new files in a folder an application still writes to); redraws only what changed.
+  var lastText = null;
   function load() {
     fetch(api("/api/timeline")).then(function (r) {
       if (!r.ok) throw new Error("timeline: " + r.status);
-      return r.json();
-    }).then(function (d) {
-      data = d;
-      render(d);
-      var live = d.series.some(function (s) { return s.kind === "live"; });
-      if (d.pending > 0) setTimeout(load, 1000);
-      else if (live) setTimeout(load, d.refresh * 1000);
+      return r.text();
+    }).then(function (text) {
+      var d = JSON.parse(text);
+      if (text !== lastText) { data = d; render(d); lastText = text; }
+      setTimeout(load, d.pending > 0 ? 1000 : d.refresh * 1000);
     }).catch(function (e) { status(String(e), true); setTimeout(load, 5000); });
   }
 
