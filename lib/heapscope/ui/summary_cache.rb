@@ -74,7 +74,7 @@ module Heapscope
           "top" => summary.top.map { |id| at[id] },
         }
         Heapscope.write_atomically(file_for(path, stamp), JSON.generate(data))
-      rescue StandardError
+      rescue StandardError, LoadError # LoadError: a build without the extension (AtomicWrite needs it)
         nil # a full disk or an unwritable cache costs the next start a decode, nothing more
       end
 
