@@ -215,7 +215,7 @@ module Heapscope
           sleep @refresh
           begin
             add_live(url, fetch(url))
-          rescue Report::Error, StandardError => e
+          rescue StandardError => e # Report::Error from the fetch, or any other failure
             # The process may be restarting: say so on the page and try again at the next turn.
             @lock.synchronize { @series[Report::ProfileUrl.display(url)]&.last_error = e.message }
           end
