@@ -265,6 +265,22 @@ class TestUI < Minitest::Test
     assert_equal "400", get(server, "/api/retainers?snap=#{newest}&site=nowhere").code
     # Older live snapshots keep only their summaries.
     assert_equal "404", get(server, "/flame?snap=#{series["snapshots"].first["id"]}").code
+
+    # The page redraws on its own as snapshots arrive.
+    path = BrowserHelper.chromium
+    flunk "chromium is required: apt-get install chromium" unless path
+    start_browser(path)
+    @cdp.call("Page.navigate", { url: server.url }, session: @session)
+    @cdp.wait_event("Page.loadEventFired")
+    count = -> { eval_js("document.querySelectorAll('svg.hs-timeline circle.snap').length") }
+    deadline = now + 20
+    sleep 0.1 until count.call.positive? || now > deadline
+    before = count.call
+    assert_operator before, :>=, 4
+    sleep 0.1 until count.call > before + 2 || now > deadline
+    assert_operator count.call, :>, before + 2
+    assert_includes eval_js("document.querySelector('h2').textContent"), "live, refreshed every 0.3 s"
+    assert_no_console_errors
   end
 
   def test_page_in_chromium
