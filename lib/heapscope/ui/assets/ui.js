@@ -7,7 +7,8 @@
   var SVG = "http://www.w3.org/2000/svg";
   var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
                 "#17becf", "#ff7f0e", "#393b79", "#637939", "#843c39"];
-  var W = 900, H = 320, PAD = { l: 70, r: 12, t: 10, b: 28 };
+  // The chart leaves room for the leak table beside it on a wide window.
+  var W = Math.max(560, Math.min(900, window.innerWidth - 600)), H = 320, PAD = { l: 70, r: 12, t: 10, b: 28 };
   var token = new URLSearchParams(location.search).get("token");
   var picks = []; // snapshot ids picked on the charts, oldest pick first (at most 2)
   var data = null;
@@ -86,7 +87,7 @@
     s.errors.forEach(function (e) { sec.appendChild(el("div", { "class": "hs-error" }, e.file + ": " + e.error)); });
     if (s.snapshots.length === 0) { sec.appendChild(el("div", {}, "no snapshot read yet")); return sec; }
     var row = el("div", { "class": "hs-row" });
-    var left = el("div", { "class": "hs-chart" });
+    var left = el("div", { "class": "hs-chart", style: "width:" + (W + 2) + "px" });
     left.appendChild(chart(s));
     left.appendChild(legend(s));
     if (s.snapshots.some(function (p) { return p.memory; })) left.appendChild(memoryChart(s));
@@ -203,7 +204,7 @@
       trace(root, snaps, sc, snaps.map(function (p) { return p.memory[m[0]] || 0; }), [], m[1], m[0], "memory");
     });
     var wrap = el("div", { "class": "hs-legend" });
-    wrap.appendChild(document.createTextNode("Process memory (Heapscope::Memory, see docs/memory.md): "));
+    wrap.appendChild(document.createTextNode("Process memory (docs/reading-profiles.md, 'Where RSS went'): "));
     MEMORY.forEach(function (m) {
       var item = el("span", {}, m[0]);
       item.insertBefore(el("i", { style: "background:" + m[1] }), item.firstChild);
