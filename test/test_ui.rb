@@ -63,8 +63,8 @@ class TestUI < Minitest::Test
   end
 
   # A started ui server over sources; waits until every file is summarized.
-  def serve(folders: [self.class.folder], urls: [], token: nil, refresh: 10, cache: File.join(@dir, "cache"))
-    sources = Heapscope::UI::Sources.new(folders: folders, urls: urls, refresh: refresh,
+  def serve(folders: [self.class.folder], files: [], urls: [], token: nil, refresh: 10, cache: File.join(@dir, "cache"))
+    sources = Heapscope::UI::Sources.new(folders: folders, files: files, urls: urls, refresh: refresh,
                                          cache: Heapscope::UI::SummaryCache.new(cache))
     server = Heapscope::UI::Server.new(sources, port: 0, token: token, refresh: refresh).start
     @servers << server
@@ -169,6 +169,22 @@ class TestUI < Minitest::Test
     assert_equal "413", post.code # a body is refused by the listener before the app sees it
     post = Net::HTTP.start("127.0.0.1", server.http.port) { |h| h.request(Net::HTTP::Delete.new("/api/timeline")) }
     assert_equal "405", post.code
+  end
+
+  # A folder holding two processes' periodic files gives two series; files named one by one make one.
+  def test_series_per_process_and_for_single_files
+    mixed = File.join(@dir, "mixed")
+    FileUtils.mkdir_p(mixed)
+    names = Dir.children(self.class.folder).sort
+    names.each { |n| FileUtils.cp(File.join(self.class.folder, n), File.join(mixed, n)) }
+    names.first(3).each { |n| FileUtils.cp(File.join(self.class.folder, n), File.join(mixed, n.sub(/-(\d+)-/, "-99999-"))) }
+    series = get_json(serve(folders: [mixed]), "/api/timeline")["series"]
+    assert_equal [3, names.size], series.map { |s| s["snapshots"].size }.sort
+    assert(series.all? { |s| s["name"].start_with?("#{mixed}: leaky-") })
+
+    files = names.first(2).map { |n| File.join(self.class.folder, n) }
+    series = get_json(serve(folders: [], files: files), "/api/timeline")["series"]
+    assert_equal [["files", 2]], series.map { |s| [s["name"], s["snapshots"].size] }
   end
 
   # Label filters (label=KEY=VALUE, as --label) on the top table, the diff and the flame graph.
