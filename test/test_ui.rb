@@ -9,6 +9,7 @@ require_relative "test_http_helper"
 require_relative "browser_helper"
 require "net/http"
 require "open3"
+require "etc"
 require "heapscope/ui/cli"
 
 class TestUI < Minitest::Test
@@ -169,6 +170,31 @@ class TestUI < Minitest::Test
     assert_equal "413", post.code # a body is refused by the listener before the app sees it
     post = Net::HTTP.start("127.0.0.1", server.http.port) { |h| h.request(Net::HTTP::Delete.new("/api/timeline")) }
     assert_equal "405", post.code
+  end
+
+  # Child processes summarize part of a large folder into the cache (Prefetch); the timeline is the
+  # one a single process makes.
+  def test_prefetch_children_give_the_same_timeline
+    skip "one core: no child is started" if Etc.nprocessors < 2
+    big = File.join(@dir, "big")
+    FileUtils.mkdir_p(big)
+    Dir.children(self.class.folder).each do |n|
+      FileUtils.cp(File.join(self.class.folder, n), File.join(big, n))
+      FileUtils.cp(File.join(self.class.folder, n), File.join(big, n.sub(/-(\d+)-/, "-99999-")))
+    end
+    alone = Heapscope::UI::Sources.new(folders: [big], cache: nil)
+    Heapscope::UI::Server.new(alone, port: 0).start.tap { |s| @servers << s }
+    sleep 0.05 while alone.pending.positive?
+    helped = Heapscope::UI::Sources.new(folders: [big], cache: Heapscope::UI::SummaryCache.new(File.join(@dir, "pcache")))
+    server = Heapscope::UI::Server.new(helped, port: 0).start.tap { |s| @servers << s }
+    refute_nil helped.instance_variable_get(:@prefetch), "no child was started"
+    sleep 0.05 while helped.pending.positive?
+    assert_equal Dir.children(big).size, Dir.children(File.join(@dir, "pcache")).size
+    by_name = ->(series) { series.map { |s| [s["name"], s["snapshots"].map { |p| p.except("id") }, s["leaks"].map { |r| r["name"] }] } }
+    expected = Heapscope::UI::Timeline.method(:build)
+    got = get_json(server, "/api/timeline")["series"]
+    want = alone.series.map { |s| JSON.parse(Heapscope::Report::Escape.script_json(expected.call(s, alone.table))) }
+    assert_equal by_name.call(want), by_name.call(got)
   end
 
   # A folder holding two processes' periodic files gives two series; files named one by one make one.

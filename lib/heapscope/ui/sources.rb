@@ -4,6 +4,7 @@ require "heapscope/report/command"
 require "heapscope/report/leaks"
 require "heapscope/ui/summary"
 require "heapscope/ui/summary_cache"
+require "heapscope/ui/prefetch"
 
 module Heapscope
   module UI
@@ -34,9 +35,10 @@ module Heapscope
 
       # folders, files, urls: what the command line named (checked by UI::CLI). refresh: seconds between
       # fetches of a live URL. fetch_timeout: the deadline of one fetch.
-      # cache: where summaries outlive the server (SummaryCache; nil for none).
+      # cache: where summaries outlive the server (SummaryCache; nil for none). prefetch: false keeps
+      # the first summaries in this process (Prefetch forks helpers to use the other cores).
       def initialize(folders: [], files: [], urls: [], refresh: 10, max_size: Pprof::DEFAULT_MAX_SIZE, fetch_timeout: 30,
-                     cache: SummaryCache.new)
+                     cache: SummaryCache.new, prefetch: true)
         @folders = folders
         @files = files
         @urls = urls
@@ -45,6 +47,8 @@ module Heapscope
         @fetch_timeout = fetch_timeout
         @table = SiteTable.new
         @cache = cache || SummaryCache.new(nil)
+        @prefetch_allowed = prefetch
+        @prefetch = nil
         @lock = Mutex.new
         @series = {} # name => Series, in the order first seen
         @by_id = {}
@@ -62,6 +66,10 @@ module Heapscope
       def start
         @urls.each { |url| add_live(url, fetch(url)) }
         rescan(force: true)
+        if @prefetch_allowed
+          jobs = @lock.synchronize { @by_id.values.select { |s| s.path && !s.summary }.map { |s| [s.path, s.stamp] } }
+          @prefetch = Prefetch.start(jobs, @cache, max_size: @max_size)
+        end
         @threads << Thread.new { summarize_loop }
         @urls.each { |url| @threads << Thread.new { poll_loop(url) } }
         self
@@ -70,6 +78,7 @@ module Heapscope
       def stop
         @queue.close
         @threads.each { |t| t.kill.join(1) }
+        @prefetch&.stop
       end
 
       # Every series, after picking up new files (at most every RESCAN_SECONDS).
@@ -168,7 +177,7 @@ module Heapscope
       def summarize_loop
         while (snap = @queue.pop)
           begin
-            summary = @cache.read(snap.path, snap.stamp, @table)
+            summary = @cache.read(snap.path, snap.stamp, @table) || @prefetch&.await(snap.path, snap.stamp, @table)
             unless summary
               prof = Report::Sites.load(snap.path, max_size: @max_size)
               summary = Summarize.call(prof, @table, name: snap.path, fallback_time: snap.stamp[0])

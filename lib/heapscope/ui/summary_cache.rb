@@ -38,6 +38,10 @@ module Heapscope
         @dir = dir
       end
 
+      def enabled?
+        !@dir.nil?
+      end
+
       # The cached Summary of path (stamp: [mtime, size]), its sites numbered in table; nil on a miss.
       def read(path, stamp, table)
         return nil unless @dir
