@@ -251,7 +251,9 @@ class TestUI < Minitest::Test
   def test_cli_usage_errors_are_one_line_and_exit_2
     closed = TCPServer.new("127.0.0.1", 0).then { |s| s.addr[1].tap { s.close } }
     empty = Dir.mktmpdir("heapscope-ui-empty", @dir)
+    held = TCPServer.new("127.0.0.1", 0)
     {
+      [self.class.folder, "--port", held.addr[1].to_s] => /cannot listen on 127\.0\.0\.1:\d+: Address already in use/,
       [] => /missing SOURCE/,
       [File.join(@dir, "missing")] => /missing: no such file, folder or URL/,
       [empty] => /no profiles/,
@@ -267,6 +269,7 @@ class TestUI < Minitest::Test
       assert_match message, err.string
       assert_match(/\Aheapscope ui: /, err.string)
     end
+    held.close
     out, = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, EXE, "--help")
     assert_includes out, "ui SOURCE..."
   end

@@ -221,9 +221,16 @@ module Heapscope
                                fork_mode: :off, query_token: true, workers: 2, max_requests: 8)
       end
 
+      # Binds first (a port in use fails before any helper is forked or URL fetched), then starts the
+      # sources; if they fail (a URL that does not answer), stops serving again.
       def start
-        @sources.start
         @http.start
+        begin
+          @sources.start
+        rescue StandardError
+          @http.stop
+          raise
+        end
         self
       end
 
