@@ -243,6 +243,7 @@ class TestUI < Minitest::Test
   def test_token_by_header_or_query
     server = serve(token: "s3cret-token-123")
     assert_equal "401", get(server, "/api/timeline").code
+    assert_includes get(server, "/").body, "?token=TOKEN"
     assert_equal "401", get(server, "/api/timeline?token=wrong").code
     assert_equal "200", get(server, "/api/timeline?token=s3cret-token-123").code
     assert_equal "200", get(server, "/api/timeline", "Authorization" => "Bearer s3cret-token-123").code

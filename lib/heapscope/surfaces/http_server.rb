@@ -395,7 +395,7 @@ module Heapscope
     def handle(conn, request)
       head = request.method == "HEAD"
       if @token && !authorized?(request.headers["authorization"]) && !(@query_token && query_authorized?(request.target))
-        return reply(conn, 401, "missing or wrong Authorization: Bearer token",
+        return reply(conn, 401, @query_token ? "missing or wrong token (Authorization: Bearer TOKEN, or ?token=TOKEN)" : "missing or wrong Authorization: Bearer token",
                      { "www-authenticate" => "Bearer realm=\"heapscope\"" }, head: head)
       end
       if @in_flight >= @max_requests

@@ -218,7 +218,9 @@ module Heapscope
       def initialize(sources, host: "127.0.0.1", port: 0, token: nil, refresh: 10)
         @sources = sources
         @http = HttpServer.new(host: host, port: port, token: token, app: App.new(sources, refresh: refresh),
-                               fork_mode: :off, query_token: true, workers: 2, max_requests: 8)
+                               # 4 workers: a retainers walk (up to 30 s) or a timeline waiting for
+                               # summaries must not hold up the page's other requests.
+                               fork_mode: :off, query_token: true, workers: 4, max_requests: 8)
       end
 
       # Binds first (a port in use fails before any helper is forked or URL fetched), then starts the
