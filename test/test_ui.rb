@@ -197,6 +197,24 @@ class TestUI < Minitest::Test
     assert_equal by_name.call(want), by_name.call(got)
   end
 
+  # exe/heapscope ui in a child process: says where it serves, serves, and ends with exit 0 on INT.
+  def test_exe_serves_until_interrupted
+    out, w = IO.pipe
+    pid = Process.spawn({ "RUBYOPT" => nil, "HEAPSCOPE_UI_CACHE" => "off" }, RbConfig.ruby, EXE, "ui", self.class.folder,
+                        "--port", "0", out: w, err: File.join(@dir, "ui.log"))
+    w.close
+    line = Timeout.timeout(30) { out.gets }
+    url = line[%r{serving (http://127\.0\.0\.1:\d+/)}, 1]
+    assert url, line
+    res = Net::HTTP.get_response(URI("#{url}api/timeline"))
+    assert_equal "200", res.code
+    Process.kill("INT", pid)
+    _, status = Timeout.timeout(30) { Process.wait2(pid) }
+    assert_equal 0, status.exitstatus, File.read(File.join(@dir, "ui.log"))
+  ensure
+    out&.close
+  end
+
   # A folder holding two processes' periodic files gives two series; files named one by one make one.
   def test_series_per_process_and_for_single_files
     mixed = File.join(@dir, "mixed")
