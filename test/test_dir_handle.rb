@@ -35,6 +35,24 @@ class TestDirHandle < Minitest::Test
     assert_empty Dir.children(@dir)
   end
 
+  # read: a regular file's bytes through the descriptor; never through a symlink, never a FIFO (which
+  # would block), never past the limit (the ui's summary cache reads with it).
+  def test_read_takes_only_regular_files_within_the_limit
+    File.binwrite(File.join(@dir, "a.json"), "{\"x\":1}")
+    assert_equal "{\"x\":1}", @handle.read("a.json", 100)
+    assert_equal Encoding::ASCII_8BIT, @handle.read("a.json", 100).encoding
+    assert_raises(Errno::EFBIG) { @handle.read("a.json", 3) }
+    secret = File.join(@dir, "secret")
+    File.write(secret, "not yours")
+    File.symlink(secret, File.join(@dir, "link.json"))
+    assert_raises(Errno::ELOOP) { @handle.read("link.json", 100) }
+    File.mkfifo(File.join(@dir, "fifo.json"))
+    assert_raises(Errno::EINVAL) { Timeout.timeout(5) { @handle.read("fifo.json", 100) } }
+    assert_raises(Errno::ENOENT) { @handle.read("missing.json", 100) }
+    assert_raises(ArgumentError) { @handle.read("../x", 100) }
+    assert_raises(ArgumentError) { @handle.read("a.json", -1) }
+  end
+
   def test_write_replace_returns_the_file_written_and_replaces_a_symlink
     outside = File.join(@dir, "outside")
     File.write(outside, "keep")

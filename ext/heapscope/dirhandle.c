@@ -239,6 +239,40 @@ static VALUE dh_readlink(VALUE self, VALUE name) {
   return rb_str_new(target, n);
 }
 
+// Reads the regular file fd (at most max bytes: EFBIG beyond) into a new String. Closes fd.
+static VALUE dh_read_fd(const dirhandle *h, int fd, const char *name, long max) {
+  struct stat st;
+  int err = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? EINVAL : st.st_size > max ? EFBIG : 0;
+  if (err) {
+    close(fd);
+    dh_fail(h, err, name, "read");
+  }
+  VALUE data = rb_str_buf_new((long)st.st_size);
+  long got = 0;
+  while (got < (long)st.st_size) {
+    ssize_t n = read(fd, RSTRING_PTR(data) + got, (size_t)(st.st_size - got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break; // a file cut short meanwhile: what was there
+    got += n;
+  }
+  close(fd);
+  rb_str_set_len(data, got);
+  return data;
+}
+
+// handle.read(name, max) -> the bytes of the regular file name (never through a symlink: ELOOP), at
+// most max of them (Errno::EFBIG for a bigger file; EINVAL for anything but a regular file).
+static VALUE dh_read(VALUE self, VALUE name, VALUE max) {
+  dirhandle *h = dh_get(self);
+  const char *s = dh_component(name);
+  long limit = NUM2LONG(max);
+  if (limit < 0) rb_raise(rb_eArgError, "heapscope: a read limit must not be negative");
+  // O_NONBLOCK: a FIFO put there must not hang the reader (it is refused as not regular).
+  int fd = openat(h->fd, s, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) dh_fail(h, errno, s, "openat");
+  return dh_read_fd(h, fd, s, limit);
+}
+
 // handle.unlink(name) -> nil. Removes the entry itself (a symlink, never what it points at).
 static VALUE dh_unlink(VALUE self, VALUE name) {
   dirhandle *h = dh_get(self);
@@ -372,6 +406,7 @@ void dirhandle_define(VALUE mNative) {
   rb_define_method(cDirHandle, "stat", dh_stat, -1);
   rb_define_method(cDirHandle, "readlink", dh_readlink, 1);
   rb_define_method(cDirHandle, "unlink", dh_unlink, 1);
+  rb_define_method(cDirHandle, "read", dh_read, 2);
   rb_define_method(cDirHandle, "write_replace", dh_write_replace, 4);
   rb_define_method(cDirHandle, "entries", dh_entries, 0);
   rb_define_method(cDirHandle, "path", dh_path, 0);

@@ -2,7 +2,7 @@
 #define HEAPSCOPE_DIRHANDLE_H
 
 // dirhandle: a directory opened once, and every file operation in it made relative to that
-// descriptor (openat, renameat, unlinkat, fstatat, mkdirat, readlinkat), so nothing another user does
+// descriptor (openat, renameat, unlinkat, fstatat, mkdirat, readlinkat, reads by openat), so nothing another user does
 // to the directory's path after it was opened (a parent swapped for a symlink, the directory renamed)
 // changes where heapscope writes, reads or deletes. Ruby has no openat: this is heapscope's.
 //
@@ -18,6 +18,8 @@
 //   handle.write_replace(tmp, name, data, perm)
 //                                       -> File::Stat of the new file: data written to a new file tmp
 //                                          (O_CREAT|O_EXCL|O_NOFOLLOW), fsynced, then renamed to name
+//   handle.read(name, max)              -> String: the regular file name's bytes (never through a symlink;
+//                                          Errno::EFBIG past max bytes, EINVAL if not a regular file)
 //   handle.unlink(name)                 -> nil
 //   handle.entries                      -> Array of names (without . and ..)
 //   handle.path, handle.close, handle.closed?

@@ -2,8 +2,8 @@
 
 require "digest"
 require "json"
-require "fileutils"
 require "heapscope/atomic_write"
+require "heapscope/surfaces/output_dir"
 require "heapscope/ui/summary"
 
 module Heapscope
@@ -15,12 +15,16 @@ module Heapscope
     # Where: HEAPSCOPE_UI_CACHE, else $XDG_CACHE_HOME/heapscope/ui, else ~/.cache/heapscope/ui; "off"
     # disables it. One file per profile, named by a digest of the profile's real path, mtime and size
     # (a changed or replaced file misses). JSON with the numbers packed, never Marshal: a cache file is
-    # input, and someone else's file there could at worst show wrong numbers. The directory is made
-    # 0700; files are written atomically (Heapscope.write_atomically); a failure to read or write the
-    # cache only costs the decode.
+    # input, and someone else's file there could at worst show wrong numbers. The directory is opened
+    # once (OutputDir: created where missing, every ancestor checked) and every read and write goes
+    # through that descriptor (Native::DirHandle#read, write_replace), never the path again; files are
+    # written atomically and read only if regular and at most MAX_FILE bytes. A failure to read or
+    # write the cache only costs the decode.
     class SummaryCache
       FORMAT = 2
       VARIABLE = "HEAPSCOPE_UI_CACHE"
+      # A summary keeps at most 300 sites (Summary): far below this.
+      MAX_FILE = 16 * 1024 * 1024
 
       def self.default_dir(env = ENV)
         given = env[VARIABLE].to_s
@@ -36,6 +40,7 @@ module Heapscope
 
       def initialize(dir = self.class.default_dir)
         @dir = dir
+        @out = dir && OutputDir.new(dir)
       end
 
       def enabled?
@@ -46,7 +51,7 @@ module Heapscope
       def read(path, stamp, table)
         return nil unless @dir
 
-        data = JSON.parse(File.read(file_for(path, stamp)))
+        data = JSON.parse(@out.use { |d| d.read(name_for(path, stamp), MAX_FILE) })
         return nil unless data["format"] == FORMAT
 
         ids = data["sites"].map do |key, name, function, file, line|
@@ -60,7 +65,7 @@ module Heapscope
         Summary.new(time: data["time"], total: data["total"], total_error: data["total_error"], unit: data["unit"],
                     every: data["every"], memory: data["memory"], ids: rows.map(&:first), values: rows.map { |r| r[1] },
                     errors: rows.map(&:last), top: data["top"].map { |i| ids[i] }, floor: data["floor"])
-      rescue SystemCallError, JSON::ParserError, ArgumentError, TypeError, NoMethodError
+      rescue SystemCallError, IOError, JSON::ParserError, ArgumentError, TypeError, NoMethodError, UnsafeDirectoryError, LoadError
         nil
       end
 
@@ -68,7 +73,6 @@ module Heapscope
       def write(path, stamp, summary, table)
         return unless @dir
 
-        FileUtils.mkdir_p(@dir, mode: 0o700)
         at = summary.ids.each_with_index.to_h
         data = {
           "format" => FORMAT, "time" => summary.time, "total" => summary.total, "total_error" => summary.total_error,
@@ -77,16 +81,16 @@ module Heapscope
           "values" => [summary.values.pack("q<*")].pack("m0"), "errors" => [summary.errors.pack("E*")].pack("m0"),
           "top" => summary.top.map { |id| at[id] },
         }
-        Heapscope.write_atomically(file_for(path, stamp), JSON.generate(data))
+        @out.write(name_for(path, stamp), JSON.generate(data))
       rescue StandardError, LoadError # LoadError: a build without the extension (AtomicWrite needs it)
         nil # a full disk or an unwritable cache costs the next start a decode, nothing more
       end
 
       private
 
-      def file_for(path, stamp)
+      def name_for(path, stamp)
         real = File.realpath(path)
-        File.join(@dir, "#{Digest::SHA256.hexdigest([FORMAT, real, *stamp].join("\0"))}.json")
+        "#{Digest::SHA256.hexdigest([FORMAT, real, *stamp].join("\0"))}.json"
       end
     end
   end
