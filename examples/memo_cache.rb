@@ -7,6 +7,8 @@
 #
 #   ruby -Ilib examples/memo_cache.rb DIR [ROUNDS] [FILE:LINE]
 #   heapscope leaks DIR
+#
+# MEMO_AUTO_FOCUS=0 turns automatic focus off (to compare: lib/heapscope/auto_focus.rb).
 require "heapscope"
 
 class QuoteCache
@@ -45,7 +47,7 @@ end
 
 dir = ARGV[0] or abort "usage: ruby -Ilib examples/memo_cache.rb DIR [ROUNDS] [FILE:LINE]"
 rounds = Integer(ARGV[1] || 7)
-Heapscope.start
+Heapscope.start(auto_focus: ENV["MEMO_AUTO_FOCUS"] != "0")
 cache = QuoteCache.new
 searches = RecentSearches.new
 i = 0
