@@ -224,7 +224,7 @@ module Heapscope
         every, current, samples = stats[index]
         { class: name, sample_every: every, current_sample_every: current, samples: samples }
       end
-      { active: active, changes: @auto_focus.log.map(&:dup) }
+      { active: active, changes: @auto_focus.log }
     end
 
     # The focus comment lines of a profile: the operator's classes, then automatic focus's.

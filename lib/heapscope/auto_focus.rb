@@ -30,8 +30,6 @@ module Heapscope
     MAX_CLASSES = 10_000 # classes followed at once (the census lists those with samples and the biggest)
     CLASS_LINE = /\Aheapscope census class: objects=\d{1,20} bytes=(\d{1,20})(?: sq_bytes=\S{1,20})? type=T_[A-Z_]{1,24} name=(.+)\z/.freeze
 
-    attr_reader :log
-
     # first_index: the first of the SLOTS strata given to Native._start for automatic focus; rate: the
     # focused rate (1 in N); taken: names focused by the operator (never touched here); resolve: name ->
     # Class or nil (Focus.lookup).
@@ -44,11 +42,37 @@ module Heapscope
       @slots = Array.new(SLOTS) # name focused in each slot, or nil
       @log = []
       @last_at = nil
+      # Profiles come from several threads (the periodic writer, the listener's workers, the pusher).
+      @lock = Mutex.new
     end
 
     # Reads one profile's census lines (Native._last_census) taken at monotonic time now, then focuses
     # the suspects and lets go of classes that stopped growing. Returns the changes made.
     def observe(census_text, now)
+      @lock.synchronize { observe_locked(census_text, now) }
+    end
+
+    # [[name, slot index], ...] of the classes focused now.
+    def active
+      @lock.synchronize { @slots.each_with_index.filter_map { |name, i| [name, @first_index + i] if name } }
+    end
+
+    # The changes kept (the last MAX_LOG), oldest first.
+    def log
+      @lock.synchronize { @log.map(&:dup) }
+    end
+
+    # The profile's comment lines: every change kept, oldest first.
+    def comments
+      log.map do |c|
+        "heapscope auto_focus: at=#{c[:at]} action=#{c[:action]} rate=#{c[:rate]} growth=#{c[:growth]} " \
+          "rises=#{c[:rises]} class=#{c[:class]}\n"
+      end.join
+    end
+
+    private
+
+    def observe_locked(census_text, now)
       return [] if census_text.nil? || (@last_at && now - @last_at < MIN_INTERVAL)
 
       @last_at = now
@@ -62,21 +86,6 @@ module Heapscope
       @log.shift(@log.size - MAX_LOG) if @log.size > MAX_LOG
       changes
     end
-
-    # [[name, slot index], ...] of the classes focused now.
-    def active
-      @slots.each_with_index.filter_map { |name, i| [name, @first_index + i] if name }
-    end
-
-    # The profile's comment lines: every change kept, oldest first.
-    def comments
-      @log.map do |c|
-        "heapscope auto_focus: at=#{c[:at]} action=#{c[:action]} rate=#{c[:rate]} growth=#{c[:growth]} " \
-          "rises=#{c[:rises]} class=#{c[:class]}\n"
-      end.join
-    end
-
-    private
 
     def census(text)
       out = {}
