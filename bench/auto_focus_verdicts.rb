@@ -6,9 +6,11 @@
 #
 #   bundle exec ruby bench/auto_focus_verdicts.rb [RUNS] [ROUNDS]
 #
-# Per run and mode: the leaks verdict of every line of the example; then, per line, how many runs
-# called it a leak. The leaking lines should be leaks in (nearly) every run, the bounded cache's line
-# never.
+# 1,000 requests (one leaked entry each) per round, a snapshot per round. Per run and mode: the leaks
+# verdict over the last 6 snapshots of every line of the example, and the diff verdict between the
+# snapshots at 6,000 and 10,000 entries (issue 32's acceptance); then, per line, the tally over runs.
+# Automatic focus engages after 4 rounds of growth, so both diff snapshots are focused ones. The
+# leaking lines should be leaks and grow in (nearly) every run, the bounded cache's line never.
 require "json"
 require "open3"
 require "rbconfig"
@@ -16,7 +18,8 @@ require "tmpdir"
 
 ROOT = File.expand_path("..", __dir__)
 RUNS = Integer(ARGV[0] || 10)
-ROUNDS = Integer(ARGV[1] || 7)
+ROUNDS = Integer(ARGV[1] || 10)
+PER_ROUND = 1000
 EXAMPLE = File.join(ROOT, "examples/memo_cache.rb")
 LINES = File.readlines(EXAMPLE)
 # The lines to report, by what they hold.
@@ -27,30 +30,42 @@ WATCH = {
 
 def run(auto_focus)
   Dir.mktmpdir("auto-focus") do |dir|
-    _, err, status = Open3.capture3({ "MEMO_AUTO_FOCUS" => auto_focus ? "1" : "0" }, RbConfig.ruby, "-I", File.join(ROOT, "lib"),
-                                    EXAMPLE, dir, ROUNDS.to_s)
+    env = { "MEMO_AUTO_FOCUS" => auto_focus ? "1" : "0", "MEMO_PER_ROUND" => PER_ROUND.to_s }
+    _, err, status = Open3.capture3(env, RbConfig.ruby, "-I", File.join(ROOT, "lib"), EXAMPLE, dir, ROUNDS.to_s)
     raise err unless status.success?
 
-    out, err, status = Open3.capture3(RbConfig.ruby, "-I", File.join(ROOT, "lib"), File.join(ROOT, "exe/heapscope"), "leaks", dir, "--json")
-    raise err unless status.success?
-
-    sites = JSON.parse(out)["sites"] || []
+    files = Dir[File.join(dir, "*.pb.gz")].sort
+    leaks = heapscope("leaks", *files.last(6), "--json")["sites"] || []
+    diff = heapscope("diff", files[6000 / PER_ROUND - 1], files[10_000 / PER_ROUND - 1], "--json")
+    grew = diff["grew"] || []
     WATCH.keys.to_h do |line|
-      site = sites.find { |s| s["file"] == EXAMPLE && s["line"] == line }
-      [line, site ? site["verdict"] : "absent"]
+      site = leaks.find { |s| s["file"] == EXAMPLE && s["line"] == line }
+      change = grew.find { |s| s["file"] == EXAMPLE && s["line"] == line }
+      [line, [site ? site["verdict"] : "absent", change ? change["verdict"] : "absent"]]
     end
   end
+end
+
+def heapscope(*args)
+  out, err, status = Open3.capture3(RbConfig.ruby, "-I", File.join(ROOT, "lib"), File.join(ROOT, "exe/heapscope"), *args)
+  raise err unless status.success?
+
+  JSON.parse(out)
 end
 
 counts = { true => Hash.new(0), false => Hash.new(0) }
 RUNS.times do |i|
   [true, false].each do |auto|
     verdicts = run(auto)
-    verdicts.each { |line, v| counts[auto][[line, v]] += 1 }
-    warn "run #{i + 1} auto_focus=#{auto}: #{verdicts.map { |l, v| "#{l}:#{v}" }.join(" ")}"
+    verdicts.each do |line, (leak, change)|
+      counts[auto][[line, "leaks: #{leak}"]] += 1
+      counts[auto][[line, "diff: #{change}"]] += 1
+    end
+    warn "run #{i + 1} auto_focus=#{auto}: #{verdicts.map { |l, v| "#{l}:#{v.join("/")}" }.join(" ")}"
   end
 end
-puts "bench/auto_focus_verdicts: Ruby #{RUBY_VERSION}, #{RUNS} runs per mode, #{ROUNDS} snapshots each"
+puts "bench/auto_focus_verdicts: Ruby #{RUBY_VERSION}, #{RUNS} runs per mode, #{ROUNDS} snapshots of #{PER_ROUND} requests; " \
+     "leaks over the last 6, diff at 6,000 -> 10,000 entries"
 WATCH.each do |line, what|
   [true, false].each do |auto|
     tally = counts[auto].select { |(l, _), _| l == line }.map { |(_, v), n| "#{v} #{n}" }.sort.join(", ")

@@ -8,7 +8,8 @@
 #   ruby -Ilib examples/memo_cache.rb DIR [ROUNDS] [FILE:LINE]
 #   heapscope leaks DIR
 #
-# MEMO_AUTO_FOCUS=0 turns automatic focus off (to compare: lib/heapscope/auto_focus.rb).
+# MEMO_AUTO_FOCUS=0 turns automatic focus off (to compare: lib/heapscope/auto_focus.rb);
+# MEMO_PER_ROUND sets the requests per round (default 2000: each leaks one cache entry).
 require "heapscope"
 
 class QuoteCache
@@ -51,8 +52,9 @@ Heapscope.start(auto_focus: ENV["MEMO_AUTO_FOCUS"] != "0")
 cache = QuoteCache.new
 searches = RecentSearches.new
 i = 0
+per_round = Integer(ENV["MEMO_PER_ROUND"] || 2_000)
 rounds.times do |round|
-  2_000.times do
+  per_round.times do
     handle(cache, searches, i)
     i += 1
   end
