@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# The leak hunt of docs/reading-profiles.md: a memoizing cache that never evicts (four leaking lines:
+# The leak hunt of docs/leak-hunting.md: a memoizing cache that never evicts (four leaking lines:
 # a ~1.5 KB String, an Array of 12 Strings, a Hash, the key Array), plus request garbage and a
 # bounded cache as distractors. Default settings; one heap snapshot per round into DIR, as the
 # periodic writer would, then the retainers of the line given (if any), as an operator would ask.
