@@ -67,6 +67,16 @@ module Bench
                                },
                                finish: heapscope_finish
     end
+    # The focused hook (Heapscope.start(focus:)): every allocation's class is looked up in the focus table
+    # (20 classes here, none of which the workloads allocate, so the cost measured is the lookup's).
+    define :heapscope_focus20, gem: "heapscope",
+                               note: "heapscope_1000 with focus: 20 classes at 1 in 100 (the lookup on every allocation)",
+                               start: lambda { |_ctx|
+                                 require "heapscope"
+                                 focus = (1..20).to_h { |i| [Object.const_set("HeapscopeBenchFocus#{i}", Class.new), 100] }
+                                 Heapscope.start(sample_every: 1000, sampling: :always, max_overhead: nil, focus: focus)
+                               },
+                               finish: heapscope_finish
     define :heapscope_windowed, gem: "heapscope",
                                 note: "Heapscope.start(sample_every: 1000, sampling: :windowed, max_overhead: nil): the hook on " \
                                       "for a random window_share (4%) of the time, switched by a timer thread's postponed jobs " \

@@ -38,7 +38,7 @@ app = App.new
 60_000.times { |id| app.call(id) }
 Heapscope.write(out, gc: true)
 stats = Heapscope.stats
-# Who holds the leak: paths from a GC root to the leak line's sampled objects (docs/reading-profiles.md).
+# Who holds the leak: paths from a GC root to the leak line's sampled objects (docs/leak-hunting.md).
 leak_line = File.readlines(__FILE__).index { |l| l.include?("# the leak") } + 1
 # keys: true shows Hash keys' contents: this script's author is the operator (over HTTP it takes show_contents).
 retainers = Heapscope::Retainers.text(Heapscope.retainers("leaky_app.rb:#{leak_line}", limit: 2, keys: true))

@@ -1,12 +1,15 @@
 # frozen_string_literal: true
 
-# The leak hunt of docs/reading-profiles.md: a memoizing cache that never evicts (four leaking lines:
+# The leak hunt of docs/leak-hunting.md: a memoizing cache that never evicts (four leaking lines:
 # a ~1.5 KB String, an Array of 12 Strings, a Hash, the key Array), plus request garbage and a
 # bounded cache as distractors. Default settings; one heap snapshot per round into DIR, as the
 # periodic writer would, then the retainers of the line given (if any), as an operator would ask.
 #
 #   ruby -Ilib examples/memo_cache.rb DIR [ROUNDS] [FILE:LINE]
 #   heapscope leaks DIR
+#
+# MEMO_AUTO_FOCUS=0 turns automatic focus off (to compare: lib/heapscope/auto_focus.rb);
+# MEMO_PER_ROUND sets the requests per round (default 2000: each leaks one cache entry).
 require "heapscope"
 
 class QuoteCache
@@ -45,12 +48,13 @@ end
 
 dir = ARGV[0] or abort "usage: ruby -Ilib examples/memo_cache.rb DIR [ROUNDS] [FILE:LINE]"
 rounds = Integer(ARGV[1] || 7)
-Heapscope.start
+Heapscope.start(auto_focus: ENV["MEMO_AUTO_FOCUS"] != "0")
 cache = QuoteCache.new
 searches = RecentSearches.new
 i = 0
+per_round = Integer(ENV["MEMO_PER_ROUND"] || 2_000)
 rounds.times do |round|
-  2_000.times do
+  per_round.times do
     handle(cache, searches, i)
     i += 1
   end

@@ -71,10 +71,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 static void start(fz_input *in) {
   static const char *const shares[] = {"0.02", "0.3", "1.0"};
-  run("Heapscope::Native._start(%u, %u, %u, %s, %u, %u, 40, %s, %s, %s, %s, %u)", fz_below(in, 4) == 0 ? 1 + fz_below(in, 50) : 1,
+  // Focused classes (their own countdowns): none, or Strings and/or Arrays at a dense rate.
+  static const char *const focus[] = {"nil", "[[String, 1]]", "[[Array, 3], [String, 2]]"};
+  run("Heapscope::Native._start(%u, %u, %u, %s, %u, %u, 40, %s, %s, %s, %s, %u, %s)", fz_below(in, 4) == 0 ? 1 + fz_below(in, 50) : 1,
       1 + fz_below(in, 64), fz_below(in, 3), fz_below(in, 2) ? "true" : "false", 1 + fz_below(in, 5000),
       1 + fz_below(in, 200), fz_below(in, 2) ? "nil" : "0.5", fz_below(in, 2) ? "true" : "false",
-      shares[fz_below(in, 3)], fz_below(in, 2) ? "true" : "false", 1 + fz_below(in, 8));
+      shares[fz_below(in, 3)], fz_below(in, 2) ? "true" : "false", 1 + fz_below(in, 8), focus[fz_below(in, 3)]);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

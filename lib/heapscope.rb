@@ -53,6 +53,8 @@ module Heapscope
     max_label_sets: 1000, # distinct label sets per process; past it new sets become "(other)"
     show_contents: false, # the operator's consent to show data (Hash keys, String bytes: retainers, examples) to any reader
     census: true, # every profile counts the live heap exactly first (docs/reading-profiles.md, exact totals)
+    focus: nil, # { "Quote" => 10, String => 100 }: those classes sampled at their own rate (focus.rb)
+    auto_focus: true, # classes whose exact live bytes keep growing get a denser rate (auto_focus.rb)
   }.freeze
   SAMPLING_MODES = %i[windowed always].freeze
 
@@ -82,9 +84,11 @@ module Heapscope
       check_boolean(config, :track_sizes)
       check_boolean(config, :show_contents)
       check_boolean(config, :census)
+      check_boolean(config, :auto_focus)
       check_fraction(config, :max_overhead)
       config[:sampling], sampling_reason = check_sampling(config)
       check_fraction(config, :window_share, nil_ok: false)
+      focus = Focus.check(config[:focus])
       if running?
         raise Error, "heapscope is already running (call Heapscope.stop first, or check Heapscope.running?)"
       end
@@ -95,7 +99,15 @@ module Heapscope
       Native._start(config[:sample_every], config[:max_frames], config[:min_age], config[:track_sizes],
                     config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE,
                     config[:max_overhead]&.to_f, config[:sampling] == :windowed, config[:window_share].to_f,
-                    config[:label_threads], config[:max_label_sets])
+                    config[:label_threads], config[:max_label_sets],
+                    focus.map { |klass, rate, _| [klass, rate] } + auto_focus_slots(config))
+      @focus = focus
+      Focus.watch(focus)
+      # Automatic focus reads each profile's census: none without it.
+      @auto_focus = if config[:auto_focus] && config[:census]
+                      AutoFocus.new(first_index: focus.size, rate: auto_focus_rate(config), taken: focus.map { |_, _, name| name },
+                                    resolve: Focus.method(:lookup))
+                    end
       @config = config
       @sampling_reason = sampling_reason
       true
@@ -103,6 +115,7 @@ module Heapscope
 
     # Stops sampling and forgets every tracked object. Returns false when it was not running.
     def stop
+      Focus.unwatch
       Native._stop
     end
 
@@ -136,10 +149,17 @@ module Heapscope
         GC.start(full_mark: true, immediate_sweep: true) if opts[:gc] && running?
         # Raises Heapscope::Error when not running, saying why (never started, stopped, or disabled by
         # the fail-safe after an internal error).
-        # The memory breakdown's raw figures ride in the profile as a comment (memory.rb).
-        Native._profile(opts[:type] == :allocs, opts[:min_age] || @config&.fetch(:min_age) || 0,
-                        "#{Memory.comment(Memory.measure)}\n#{"sampling_reason: #{@sampling_reason}\n" if @sampling_reason}",
-                        @config&.fetch(:census, true) != false)
+        # The memory breakdown's raw figures ride in the profile as a comment (memory.rb), and so do
+        # the focused classes' rates (focus.rb).
+        Focus.resolve_pending(@focus) if @focus && running?
+        focus = running? ? focus_comments : ""
+        bytes = Native._profile(opts[:type] == :allocs, opts[:min_age] || @config&.fetch(:min_age) || 0,
+                                "#{Memory.comment(Memory.measure)}\n#{"sampling_reason: #{@sampling_reason}\n" if @sampling_reason}#{focus}",
+                                @config&.fetch(:census, true) != false)
+        # This profile's census is the next observation of which classes grow (auto_focus.rb): what
+        # it changes shows from the next profile on.
+        @auto_focus&.observe(Native._last_census, Process.clock_gettime(Process::CLOCK_MONOTONIC)) if running?
+        bytes
       end
     end
 
@@ -152,12 +172,20 @@ module Heapscope
     # Counters of the recorder (a Hash with Symbol keys; see docs/configuration.md#stats), and, when
     # the no-code-change surfaces run (heapscope/auto), theirs under :surfaces.
     def stats
+      internal { stats_of_this_run }
+    end
+
+    # Heapscope.stats' work, excluded from sampling (heapscope's own allocations, not the program's).
+    def stats_of_this_run
       stats = Native._stats
       # Why the default mode was not the usual one (only where that needs saying: Ruby 4.1+, ZJIT).
       stats[:sampling_reason] = @sampling_reason if @sampling_reason && stats[:running]
+      stats[:focus] = focus_stats if stats[:running] && @focus&.any?
+      stats[:auto_focus] = auto_focus_stats if stats[:running] && @auto_focus
       stats[:surfaces] = Auto.stats if defined?(Auto) && Auto.config
       stats
     end
+    private :stats_of_this_run
 
     # Who keeps site's sampled live objects alive: paths from a GC root, one per shape with a count
     # (lib/heapscope/retainers.rb). site is FILE:LINE as `heapscope top` prints it; options limit: (3),
@@ -180,6 +208,46 @@ module Heapscope
     end
 
     private
+
+    # Each focused class: its name, the rate asked for and in force, its samples, and whether it is
+    # defined yet (a pending name is looked for again at each profile).
+    def focus_stats
+      Native._focus_stats.first(@focus.size).zip(@focus).map do |(every, current, samples), (klass, _rate, name)|
+        { class: name, sample_every: every, current_sample_every: current, samples: samples, pending: klass.nil? }
+      end
+    end
+
+    # Automatic focus: the classes it focuses now (with their samples so far) and its changes.
+    def auto_focus_stats
+      stats = Native._focus_stats
+      active = @auto_focus.active.map do |name, index|
+        every, current, samples = stats[index]
+        { class: name, sample_every: every, current_sample_every: current, samples: samples }
+      end
+      { active: active, changes: @auto_focus.log }
+    end
+
+    # The focus comment lines of a profile: the operator's classes, then automatic focus's.
+    def focus_comments
+      text = @focus&.any? ? Focus.comments(@focus) : +""
+      return text unless @auto_focus
+
+      stats = Native._focus_stats
+      @auto_focus.active.each do |name, index|
+        every, current, samples = stats[index]
+        text << "heapscope focus: rate=#{every} current_rate=#{current} samples=#{samples} state=auto class=#{name}\n"
+      end
+      text + @auto_focus.comments
+    end
+
+    # The strata Native._start keeps for automatic focus (no class until a suspect comes).
+    def auto_focus_slots(config)
+      config[:auto_focus] && config[:census] ? Array.new(AutoFocus::SLOTS) { [nil, auto_focus_rate(config)] } : []
+    end
+
+    def auto_focus_rate(config)
+      [config[:sample_every] / AutoFocus::DENSER, 1].max
+    end
 
     def check_options(options, defaults, method)
       unknown = options.keys - defaults.keys
@@ -331,6 +399,8 @@ require_relative "heapscope/labels"
 require_relative "heapscope/memory"
 require_relative "heapscope/retainers"
 require_relative "heapscope/examples"
+require_relative "heapscope/focus"
+require_relative "heapscope/auto_focus"
 require_relative "heapscope/pprof"
 require_relative "heapscope/env_config"
 require_relative "heapscope/surfaces/rack"

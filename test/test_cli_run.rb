@@ -2,6 +2,7 @@
 
 require_relative "test_http_helper"
 require "open3"
+require "json"
 require "heapscope/cli"
 require "heapscope/env_config"
 
@@ -139,6 +140,41 @@ class TestCliRun < Minitest::Test
     leak_line = File.readlines(SERVICE).index { |l| l.include?("# LEAK") } + 1
     row = top.lines.drop_while { |l| !l.include?("flat%") }[1]
     assert_includes row, "leaky_service.rb:#{leak_line}", top
+  end
+
+  # --focus reaches the child (HEAPSCOPE_FOCUS), names a class its script defines only later (pending at
+  # autostart, focused when its body opens), and its objects are counted exactly at rate 1 while the
+  # rest is sampled 1 in 100000: go tool pprof reads 3000 at the line.
+  def test_run_focus_counts_a_class_defined_after_start_exactly
+    skip_unless_native
+    script = File.join(@tmp, "orders.rb")
+    File.write(script, <<~RUBY)
+      class Order
+        def initialize(i) = @i = i
+      end
+      $keep = Array.new(3000) { |i| Order.new(i) } # ORDERS
+      $noise = Array.new(3000) { |i| "s\#{i}" }
+    RUBY
+    dir = File.join(@tmp, "out")
+    _out, err, code = heapscope("run", "--dir", dir, "--sampling", "always", "--sample-every", "100000",
+                                "--focus", "Order=1", "--", RbConfig.ruby, script)
+    assert_equal 0, code, err
+    final = err[/^heapscope: final profile: (\S+)$/, 1]
+    assert final, err
+    out, err, code = heapscope("top", final, "--sample", "inuse_objects", "--json")
+    assert_equal 0, code, err
+    data = JSON.parse(out)
+    assert_includes data["sampling"], "focus: Order 1 in 1"
+    order = data["census"]["rows"].find { |r| r["name"] == "Order" }
+    assert_equal [3000, 3000, 0], order.values_at("exact", "at_sites", "error"), order.inspect
+
+    skip_unless_go
+    top, perr, status = Open3.capture3({ "HOME" => @tmp }, "go", "tool", "pprof", "-top", "-lines",
+                                       "-sample_index=inuse_objects", final)
+    assert status.success?, perr
+    row = top.lines.find { |l| l.include?("orders.rb:4") }
+    assert row, top
+    assert_equal "3000", row.split.first, top
   end
 
   def test_run_passes_the_exit_status_and_the_default_dir

@@ -23,6 +23,15 @@ typedef struct {
   uint32_t frame_id; // 0 = empty
 } frame_cache_entry;
 
+// Focused classes (sampling_plan.h: strata): class VALUE -> stratum number, open addressing with linear
+// probing in a table at most half full. Set at alloc_hook_start, read by the focused hook for every
+// allocation it sees, so a lookup is a multiply, a shift and (mostly) one compare.
+#define FOCUS_SLOTS (2 * PLAN_MAX_STRATA)
+typedef struct {
+  VALUE klass; // 0: empty
+  uint32_t stratum;
+} focus_slot;
+
 // How deep a stack is counted when it is deeper than max_frames (Ruby raises SystemStackError before
 // that with default stack sizes; deeper stacks are counted as this deep).
 #define DEPTH_LIMIT 16384
@@ -31,6 +40,11 @@ typedef struct {
 
 static struct {
   VALUE tracepoint;
+  VALUE focused_tracepoint; // the hook with the focus table: registered instead when a run has strata
+  focus_slot focus[FOCUS_SLOTS];
+  VALUE focus_classes[PLAN_MAX_STRATA]; // by stratum, for marking
+  uint32_t focus_count;  // strata in this run (some may have no class yet)
+  uint32_t focus_active; // strata with a class: the focused hook is needed only then
   recorder *recorder; // the run's (capture.c's), NULL between runs
   names *names;
   uint32_t max_frames;
@@ -155,6 +169,16 @@ static void sample(VALUE obj, uint32_t weight) {
                  current_labels());
 }
 
+static inline uint32_t focus_slot_of(VALUE klass) { return (uint32_t)(((uint64_t)klass * 0x9e3779b97f4a7c15ull) >> 57) % FOCUS_SLOTS; }
+
+// The stratum of klass, or UINT32_MAX when it is not focused.
+static inline uint32_t focus_lookup(VALUE klass) {
+  for (uint32_t i = focus_slot_of(klass);; i = (i + 1) % FOCUS_SLOTS) {
+    if (hook.focus[i].klass == klass) return hook.focus[i].stratum;
+    if (hook.focus[i].klass == 0) return UINT32_MAX;
+  }
+}
+
 // Kept out of line, so on_newobj's common path needs no stack frame or saved registers.
 __attribute__((noinline, cold)) static void on_countdown(VALUE tracepoint) {
   // Only here, on the sampled path: the common path stays a decrement and a branch.
@@ -176,16 +200,47 @@ static void on_newobj(VALUE tracepoint, void *unused) {
   on_countdown(tracepoint);
 }
 
+// A focused class's countdown reached 0: as on_countdown, with the stratum's weight and countdown.
+__attribute__((noinline, cold)) static void on_stratum_countdown(VALUE obj, uint32_t stratum) {
+  if (!ractors_guard()) return;
+  uint32_t weight = plan_sampled_stratum(&plan, stratum);
+  uint64_t started = plan_monotonic_nanos();
+  sample(obj, weight);
+  plan_charge(&plan, started, plan_monotonic_nanos());
+  if (plan.halted) {
+    plan_park(&plan);
+    return;
+  }
+  plan_draw_stratum(&plan, stratum);
+}
+
+// With focused classes: the new object's class picks the countdown (its stratum's or the common one).
+// The class is set before NEWOBJ fires (newobj_of fills klass and flags first); a hidden object's is 0,
+// which is never focused.
+static void on_newobj_focused(VALUE tracepoint, void *unused) {
+  (void)unused;
+  VALUE obj = rb_tracearg_object(rb_tracearg_from_tracepoint(tracepoint));
+  uint32_t stratum = focus_lookup(RBASIC(obj)->klass);
+  if (__builtin_expect(stratum == UINT32_MAX, 1)) {
+    if (__builtin_expect(--plan.countdown != 0, 1)) return;
+    on_countdown(tracepoint);
+    return;
+  }
+  if (--plan.strata[stratum].countdown != 0) return;
+  on_stratum_countdown(obj, stratum);
+}
+
 // ---- Lifecycle ----
 
 void alloc_hook_init(const char *labels_local) {
   plan.hook_cost_nanos = -1.0; // not measured yet (windows.c)
   hook.tracepoint = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ, on_newobj, NULL);
+  hook.focused_tracepoint = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ, on_newobj_focused, NULL);
   hook.id_labels_local = rb_intern(labels_local);
   hook.label_table = labelsets_new(1000);
 }
 
-VALUE alloc_hook_tracepoint(void) { return hook.tracepoint; }
+VALUE alloc_hook_tracepoint(void) { return hook.focus_active != 0 ? hook.focused_tracepoint : hook.tracepoint; }
 sampling_plan *alloc_hook_plan(void) { return &plan; }
 labelsets *alloc_hook_labels(void) { return hook.label_table; }
 
@@ -202,9 +257,47 @@ void alloc_hook_stop(void) {
   hook.frame_ids = NULL;
   hook.recorder = NULL;
   hook.names = NULL;
+  memset(hook.focus, 0, sizeof hook.focus);
+  memset(hook.focus_classes, 0, sizeof hook.focus_classes);
+  hook.focus_count = hook.focus_active = 0;
 }
 
-bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_threads) {
+void alloc_hook_unfocus(uint32_t stratum) {
+  if (stratum >= hook.focus_count || hook.focus_classes[stratum] == 0) return;
+  hook.focus_classes[stratum] = 0;
+  hook.focus_active--;
+  // Open addressing without tombstones: the table is rebuilt from the strata's classes (at most 64).
+  memset(hook.focus, 0, sizeof hook.focus);
+  for (uint32_t k = 0; k < hook.focus_count; k++) {
+    VALUE klass = hook.focus_classes[k];
+    if (klass == 0) continue;
+    uint32_t i = focus_slot_of(klass);
+    while (hook.focus[i].klass != 0) i = (i + 1) % FOCUS_SLOTS;
+    hook.focus[i] = (focus_slot){klass, k};
+  }
+}
+
+bool alloc_hook_focus_class(uint32_t stratum, VALUE klass) {
+  if (stratum >= hook.focus_count || hook.focus_classes[stratum] != 0 || klass == 0) return false;
+  uint32_t i = focus_slot_of(klass);
+  while (hook.focus[i].klass != 0) {
+    if (hook.focus[i].klass == klass) return false; // focused already, as another stratum
+    i = (i + 1) % FOCUS_SLOTS;
+  }
+  hook.focus[i] = (focus_slot){klass, stratum};
+  hook.focus_classes[stratum] = klass;
+  hook.focus_active++;
+  return true;
+}
+
+bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_threads, const VALUE *focus, uint32_t focus_count) {
+  hook.focus_count = hook.focus_active = 0;
+  memset(hook.focus, 0, sizeof hook.focus);
+  memset(hook.focus_classes, 0, sizeof hook.focus_classes);
+  for (uint32_t k = 0; k < focus_count && k < PLAN_MAX_STRATA; k++) {
+    hook.focus_count++;
+    if (focus[k] != 0) alloc_hook_focus_class(k, focus[k]);
+  }
   hook.recorder = r;
   hook.names = n;
   hook.max_frames = max_frames;
@@ -233,6 +326,11 @@ void alloc_hook_get_stats(alloc_hook_stats *stats) { *stats = hook.stats; }
 
 void alloc_hook_mark(void) {
   rb_gc_mark(hook.tracepoint);
+  rb_gc_mark(hook.focused_tracepoint);
+  // Pinned: the table is keyed by the classes' addresses.
+  for (uint32_t i = 0; i < PLAN_MAX_STRATA; i++) {
+    if (hook.focus_classes[i] != 0) rb_gc_mark(hook.focus_classes[i]);
+  }
   // Pinned (rb_gc_mark): the hook compares thread VALUEs, so they must not move.
   for (uint32_t i = 0; i < hook.excluded_count; i++) rb_gc_mark(hook.excluded_threads[i]);
 }

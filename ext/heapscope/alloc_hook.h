@@ -38,14 +38,26 @@ typedef struct {
 // Once, from Init: the tracepoint (not enabled), the label table. A sample's label set is the id in the
 // allocating fiber's local labels_local (capture.h says whose).
 void alloc_hook_init(const char *labels_local);
-// The NEWOBJ tracepoint, for windows.c to enable and disable.
+// The NEWOBJ tracepoint, for windows.c to enable and disable: the focused one while a stratum of the run
+// has a class (it reads each new object's class), else the plain one (a decrement and a branch). It
+// changes when the first class is focused or the last one let go: the caller hands the new one to
+// windows_set_newobj_hook.
 VALUE alloc_hook_tracepoint(void);
 // The process's one sampling plan.
 sampling_plan *alloc_hook_plan(void);
 
 // Allocates the frame buffers for a run that records into r with names n (both the caller's) and clears
-// the statistics. False when memory is short (nothing kept then).
-bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_threads);
+// the statistics. focus: the focused classes, stratum k's class at focus[k] (distinct, at most
+// PLAN_MAX_STRATA; kept pinned until alloc_hook_stop), 0 for one not defined yet (alloc_hook_focus_class
+// fills it in later). False when memory is short (nothing kept then).
+bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_threads, const VALUE *focus, uint32_t focus_count);
+// A focused class defined after the run started (its stratum's class was 0): from now on its
+// allocations count down the stratum's countdown. False (nothing changed) when the stratum has a class
+// already, or klass is focused as another stratum.
+bool alloc_hook_focus_class(uint32_t stratum, VALUE klass);
+// The stratum's class is no longer focused (its allocations go back to the common countdown); the
+// stratum can take another class with alloc_hook_focus_class.
+void alloc_hook_unfocus(uint32_t stratum);
 // Frees the buffers. The caller has removed the tracepoint first.
 void alloc_hook_stop(void);
 // Bytes held by the buffers.

@@ -247,7 +247,8 @@ bool capture_start(const capture_config *config) {
   cap.config.recorder.windowed = config->windowed;
   cap.recorder = recorder_new(&cap.config.recorder);
   cap.names = names_new();
-  if (!cap.recorder || !cap.names || !alloc_hook_start(cap.recorder, cap.names, config->max_frames, config->label_threads)) {
+  if (!cap.recorder || !cap.names || !alloc_hook_start(cap.recorder, cap.names, config->max_frames, config->label_threads, config->focus_classes,
+                                                         config->focus_count)) {
     free_buffers();
     return false;
   }
@@ -259,9 +260,9 @@ bool capture_start(const capture_config *config) {
   cap.invalid_seen = 0;
   plan_config pc = {
     .sample_every = config->sample_every, .max_overhead = config->max_overhead, .windowed = config->windowed,
-    .window_share = config->window_share,
+    .window_share = config->window_share, .strata_every = config->focus_every, .strata_count = config->focus_count,
   };
-  windows_start(cap.recorder, &pc, sampler_seed_from_os());
+  windows_start(cap.recorder, alloc_hook_tracepoint(), &pc, sampler_seed_from_os());
   cap.running = true; // last: a GC inside the registrations above must not see a half-started capture
   return true;
 }
@@ -274,6 +275,10 @@ void capture_stop(void) {
 }
 
 bool capture_running(void) { return cap.running; }
+
+void capture_focus_changed(void) {
+  if (cap.running) windows_set_newobj_hook(alloc_hook_tracepoint());
+}
 const capture_config *capture_current_config(void) { return &cap.config; }
 recorder *capture_recorder(void) { return cap.recorder; }
 names *capture_names(void) { return cap.names; }

@@ -38,6 +38,11 @@ typedef struct {
   bool windowed;       // windowed sampling (schedule.h); else the hook is on for every allocation
   double window_share; // windowed: the share of time the hook is on, e.g. 0.04 (schedule.h)
   bool label_threads;  // every sample also gets a "thread" label: its native thread's name (labels.h)
+  // Focused classes (sampling_plan.h: strata): focus_classes[k] is sampled 1 in focus_every[k], by a
+  // countdown of its own. The caller's arrays are copied at capture_start (classes pinned while running).
+  VALUE focus_classes[PLAN_MAX_STRATA];
+  uint32_t focus_every[PLAN_MAX_STRATA];
+  uint32_t focus_count;
   recorder_config recorder;
 } capture_config;
 
@@ -91,6 +96,10 @@ bool capture_switch_off_for_ractor(bool say);
 void capture_settle_ractors(void);
 // Checks the recorder's invariants (after a snapshot) and fails capture if one broke.
 void capture_check_invariants(void);
+
+// A focused class was added or let go (alloc_hook_focus_class, alloc_hook_unfocus): the run's allocation
+// hook follows (the focused one only while a class is focused). Outside the GC.
+void capture_focus_changed(void);
 
 // Windowed sampling needs to register hooks inside the GC, which this Ruby may not allow (windows.c).
 bool capture_windowed_supported(void);

@@ -64,11 +64,35 @@ static void raise_not_running(void) {
 
 static uint32_t to_u32(VALUE value) { return (uint32_t)NUM2ULONG(value); }
 
+// The focused classes for capture_config from [[Class, every], ...] (lib/heapscope/focus.rb checked it;
+// this checks again what the C core relies on: distinct Classes, rates from 1, at most PLAN_MAX_STRATA).
+static void read_focus(VALUE focus, capture_config *config) {
+  if (NIL_P(focus)) return;
+  Check_Type(focus, T_ARRAY);
+  long n = RARRAY_LEN(focus);
+  if (n > PLAN_MAX_STRATA) rb_raise(rb_eArgError, "heapscope: at most %d focus entries, got %ld", PLAN_MAX_STRATA, n);
+  for (long i = 0; i < n; i++) {
+    VALUE pair = rb_ary_entry(focus, i);
+    Check_Type(pair, T_ARRAY);
+    if (RARRAY_LEN(pair) != 2) rb_raise(rb_eArgError, "heapscope: a focus entry is [Class, rate]");
+    VALUE klass = rb_ary_entry(pair, 0); // nil: not defined yet (Native._focus_class sets it later)
+    if (!NIL_P(klass) && !RB_TYPE_P(klass, T_CLASS)) rb_raise(rb_eTypeError, "heapscope: a focused class must be a Class");
+    unsigned long every = NUM2ULONG(rb_ary_entry(pair, 1));
+    if (every < 1 || every > UINT32_MAX) rb_raise(rb_eArgError, "heapscope: a focus rate must be from 1 to %u", UINT32_MAX);
+    for (uint32_t k = 0; k < config->focus_count && !NIL_P(klass); k++) {
+      if (config->focus_classes[k] == klass) rb_raise(rb_eArgError, "heapscope: a class is focused twice");
+    }
+    config->focus_classes[config->focus_count] = NIL_P(klass) ? 0 : klass;
+    config->focus_every[config->focus_count] = (uint32_t)every;
+    config->focus_count++;
+  }
+}
+
 // Native._start(sample_every, max_frames, min_age, track_sizes, max_tracked_objects, max_stacks, slot_size,
-//               max_overhead, windowed, window_share, label_threads, max_label_sets)
+//               max_overhead, windowed, window_share, label_threads, max_label_sets, focus)
 static VALUE native_start(int argc, VALUE *argv, VALUE self) {
   (void)self;
-  if (argc != 12) rb_raise(rb_eArgError, "heapscope: Native._start takes 12 arguments, got %d", argc);
+  if (argc != 13) rb_raise(rb_eArgError, "heapscope: Native._start takes 13 arguments, got %d", argc);
   VALUE sample_every = argv[0], max_frames = argv[1], min_age = argv[2], track_sizes = argv[3];
   VALUE max_tracked_objects = argv[4], max_stacks = argv[5], slot_size = argv[6], max_overhead = argv[7];
   VALUE windowed = argv[8], window_share = argv[9], label_threads = argv[10], max_label_sets = argv[11];
@@ -108,6 +132,7 @@ static VALUE native_start(int argc, VALUE *argv, VALUE self) {
       .slot_size = to_u32(slot_size),
     },
   };
+  read_focus(argv[12], &config);
   uint32_t label_cap = to_u32(max_label_sets);
   if (!capture_start(&config)) rb_raise(rb_eNoMemError, "heapscope: not enough memory to start");
   if (capture_labels() != NULL) labelsets_set_max(capture_labels(), label_cap);
@@ -150,6 +175,7 @@ static VALUE native_stop(VALUE self) {
   (void)self;
   bool was_running = capture_running();
   capture_stop();
+  profile_forget_census();
   return was_running ? Qtrue : Qfalse;
 }
 
@@ -172,6 +198,60 @@ static VALUE native_include_thread(VALUE self, VALUE thread) {
   (void)self;
   capture_include_thread(thread);
   return Qnil;
+}
+
+// Native._focus_stats -> [[sample_every, current_sample_every, samples], ...], one per focused class in
+// the order Native._start was given them; [] when not running or nothing is focused.
+static VALUE native_focus_stats(VALUE self) {
+  (void)self;
+  settle();
+  VALUE out = rb_ary_new();
+  if (!capture_running()) return out;
+  const sampling_plan *plan = alloc_hook_plan();
+  for (uint32_t i = 0; i < plan->strata_count; i++) {
+    rb_ary_push(out, rb_ary_new_from_args(3, ULONG2NUM(plan->strata[i].every), ULONG2NUM(plan_stratum_every(plan, i)),
+                                          ULL2NUM(plan->strata[i].samples)));
+  }
+  return out;
+}
+
+// Native._focus_class(index, klass): the focused class at index (given as nil to Native._start: not
+// defined then) is klass from now on. false when not running, or it had a class, or klass is focused.
+static VALUE native_focus_class(VALUE self, VALUE index, VALUE klass) {
+  (void)self;
+  settle();
+  if (!RB_TYPE_P(klass, T_CLASS)) rb_raise(rb_eTypeError, "heapscope: a focused class must be a Class");
+  if (!capture_running()) return Qfalse;
+  bool focused = alloc_hook_focus_class(NUM2UINT(index), klass);
+  capture_focus_changed();
+  return focused ? Qtrue : Qfalse;
+}
+
+// Native._focus_change(index, klass, rate): the stratum at index (one of Native._start's focus entries)
+// focuses klass at 1 in rate from now on, or nothing when klass is nil (automatic focus moves its
+// strata so: lib/heapscope/auto_focus.rb). false when not running, index is out of range, or klass is
+// focused by another stratum.
+static VALUE native_focus_change(VALUE self, VALUE index, VALUE klass, VALUE rate) {
+  (void)self;
+  settle();
+  if (!NIL_P(klass) && !RB_TYPE_P(klass, T_CLASS)) rb_raise(rb_eTypeError, "heapscope: a focused class must be a Class");
+  unsigned long every = NUM2ULONG(rate);
+  if (every < 1 || every > UINT32_MAX) rb_raise(rb_eArgError, "heapscope: a focus rate must be from 1 to %u", UINT32_MAX);
+  uint32_t i = NUM2UINT(index);
+  sampling_plan *plan = alloc_hook_plan();
+  if (!capture_running() || i >= plan->strata_count) return Qfalse;
+  alloc_hook_unfocus(i);
+  plan_set_stratum_every(plan, i, (uint32_t)every);
+  bool focused = !NIL_P(klass) && alloc_hook_focus_class(i, klass);
+  capture_focus_changed();
+  return NIL_P(klass) || focused ? Qtrue : Qfalse;
+}
+
+// Native._last_census -> the last profile's census comment lines (a String), or nil.
+static VALUE native_last_census(VALUE self) {
+  (void)self;
+  const char *text = profile_last_census();
+  return text == NULL ? Qnil : rb_str_new_cstr(text);
 }
 
 static VALUE native_running_p(VALUE self) {
@@ -402,6 +482,10 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
 
   VALUE mNative = rb_define_module_under(mHeapscope, "Native");
   rb_define_singleton_method(mNative, "_start", native_start, -1);
+  rb_define_singleton_method(mNative, "_focus_stats", native_focus_stats, 0);
+  rb_define_singleton_method(mNative, "_focus_class", native_focus_class, 2);
+  rb_define_singleton_method(mNative, "_focus_change", native_focus_change, 3);
+  rb_define_singleton_method(mNative, "_last_census", native_last_census, 0);
   rb_define_singleton_method(mNative, "_label_set", native_label_set, 1);
   rb_define_singleton_method(mNative, "_gc_stress_changed", native_gc_stress_changed, 1);
   // Windowed sampling is possible on this Ruby (capture_windowed_supported).

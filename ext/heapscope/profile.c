@@ -166,6 +166,16 @@ void profile_discard(profile_job *job) {
   job->snapshot = NULL;
 }
 
+// The census lines of the last profile that had a census (owned here; replaced by the next one).
+static char *last_census_text;
+
+const char *profile_last_census(void) { return last_census_text; }
+
+void profile_forget_census(void) {
+  free(last_census_text);
+  last_census_text = NULL;
+}
+
 VALUE profile_finish(profile_job *job) {
   encode_job encode = {.snapshot = job->snapshot};
   job->snapshot = NULL;
@@ -176,6 +186,10 @@ VALUE profile_finish(profile_job *job) {
   encode.snapshot->comments = append_comments(profile_comments(job->min_age, encode.snapshot), job->extra, job->extra_len);
   if (job->census_text != NULL) {
     encode.snapshot->comments = append_comments(encode.snapshot->comments, job->census_text, strlen(job->census_text));
+    // Kept for automatic focus (profile_last_census), in place of the previous profile's.
+    free(last_census_text);
+    last_census_text = job->census_text;
+    job->census_text = NULL;
   }
   profile_discard(job);
   uint64_t encode_started = monotonic_nanos();

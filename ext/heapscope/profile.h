@@ -54,4 +54,11 @@ VALUE profile_finish(profile_job *job);
 
 void profile_get_timings(profile_timings *timings);
 
+// The census comment lines of the last profile taken with a census (NUL-terminated, owned by profile.c,
+// valid until the next profile or profile_forget_census), or NULL. Automatic focus reads which classes
+// grow from them (lib/heapscope/auto_focus.rb).
+const char *profile_last_census(void);
+// Frees them (a run stopped: its censuses say nothing of the next run).
+void profile_forget_census(void);
+
 #endif

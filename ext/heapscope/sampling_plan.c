@@ -18,6 +18,11 @@ void plan_start(sampling_plan *p, const plan_config *config, uint64_t now, uint6
   p->closed_windows_virtual = 0;
   p->seen_share = 0.0;
   p->next_density_check = virtual_now + SCHEDULE_FIRST_RETUNE_NANOS;
+  p->strata_count = config->strata_count < PLAN_MAX_STRATA ? config->strata_count : PLAN_MAX_STRATA;
+  for (uint32_t i = 0; i < p->strata_count; i++) {
+    p->strata[i] = (plan_stratum){.every = config->strata_every[i] < 1 ? 1 : config->strata_every[i]};
+    plan_draw_stratum(p, i);
+  }
   plan_draw(p);
 }
 
@@ -25,7 +30,10 @@ void plan_stop(sampling_plan *p) { p->window_open = false; }
 
 void plan_set_hook_cost(sampling_plan *p, double nanos) { p->hook_cost_nanos = nanos; }
 
-void plan_park(sampling_plan *p) { p->countdown = UINT64_MAX; }
+void plan_park(sampling_plan *p) {
+  p->countdown = UINT64_MAX;
+  for (uint32_t i = 0; i < p->strata_count; i++) p->strata[i].countdown = UINT64_MAX;
+}
 
 void plan_halt(sampling_plan *p) {
   p->halted = true;
@@ -77,18 +85,55 @@ static uint32_t whole_weight(sampling_plan *p, double w) {
 // share times that, and denser still where late sync points lost windows (schedule_window_every); a
 // sample weighs what its in-window rate makes it (schedule_weight). The chain's share never changes after
 // schedule_init, so it is read here without the ticker's lock.
-void plan_draw(sampling_plan *p) {
-  if (p->halted) return;
-  uint32_t every = p->budget.current_every;
+// A countdown at the overall rate every: loads *countdown and *step, returns the sample's weight.
+static uint32_t draw_at(sampling_plan *p, uint32_t every, uint64_t *countdown, uint64_t *step) {
+  uint32_t weight = every;
   if (!p->windowed) {
     sampler_set_every(&p->sampler, every);
-    p->draw_weight = every;
   } else {
     uint32_t in_window = schedule_window_every(&p->chain, every, p->seen_share);
     sampler_set_every(&p->sampler, in_window);
-    p->draw_weight = whole_weight(p, schedule_weight(&p->chain, in_window));
+    weight = whole_weight(p, schedule_weight(&p->chain, in_window));
   }
-  p->step = p->countdown = sampler_next_countdown(&p->sampler);
+  *step = *countdown = sampler_next_countdown(&p->sampler);
+  return weight;
+}
+
+void plan_draw(sampling_plan *p) {
+  if (p->halted) return;
+  p->draw_weight = draw_at(p, p->budget.current_every, &p->countdown, &p->step);
+}
+
+// The budget lowers a stratum's rate by the factor it lowered the common one (its cost is sampling
+// work too); a rate asked for below the common one stays below it by the same factor.
+uint32_t plan_stratum_every(const sampling_plan *p, uint32_t i) {
+  uint64_t base = p->budget.base_every ? p->budget.base_every : 1;
+  uint64_t every = (uint64_t)p->strata[i].every * p->budget.current_every / base;
+  return every < 1 ? 1u : every > UINT32_MAX ? UINT32_MAX : (uint32_t)every;
+}
+
+void plan_draw_stratum(sampling_plan *p, uint32_t i) {
+  if (p->halted) return;
+  plan_stratum *s = &p->strata[i];
+  s->draw_weight = draw_at(p, plan_stratum_every(p, i), &s->countdown, &s->step);
+}
+
+void plan_set_stratum_every(sampling_plan *p, uint32_t i, uint32_t every) {
+  if (i >= p->strata_count) return;
+  // What the old countdown counted down, the hook saw (0 outside windows: closing one counted it).
+  plan_stratum *s = &p->strata[i];
+  p->hook_allocations += s->step - s->countdown;
+  p->uncharged_allocations += s->step - s->countdown;
+  s->every = every < 1 ? 1 : every;
+  plan_draw_stratum(p, i);
+}
+
+uint32_t plan_sampled_stratum(sampling_plan *p, uint32_t i) {
+  plan_stratum *s = &p->strata[i];
+  p->hook_allocations += s->step;
+  p->uncharged_allocations += s->step;
+  s->samples++;
+  return s->draw_weight;
 }
 
 uint32_t plan_sampled(sampling_plan *p) {
@@ -109,9 +154,21 @@ uint32_t plan_cluster(sampling_plan *p) {
 // (and to those not yet charged), so the countdown left can be kept or replaced.
 static void count_seen_allocations(sampling_plan *p) {
   uint64_t seen = p->step - p->countdown;
+  p->step = p->countdown;
+  for (uint32_t i = 0; i < p->strata_count; i++) {
+    seen += p->strata[i].step - p->strata[i].countdown;
+    p->strata[i].step = p->strata[i].countdown;
+  }
   p->hook_allocations += seen;
   p->uncharged_allocations += seen;
-  p->step = p->countdown;
+}
+
+// What the countdowns have counted down since they were last loaded (the open window's allocations not
+// yet added to hook_allocations).
+static uint64_t counted_down(const sampling_plan *p) {
+  uint64_t seen = p->step - p->countdown;
+  for (uint32_t i = 0; i < p->strata_count; i++) seen += p->strata[i].step - p->strata[i].countdown;
+  return seen;
 }
 
 bool plan_hook_wanted(sampling_plan *p, uint64_t virtual_now, bool ticker_runs, bool held_shut) {
@@ -146,12 +203,18 @@ void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_all
   if (p->window_open) count_seen_allocations(p);
   uint64_t vm = vm_allocations - p->started_allocations;
   if (vm == 0 || p->hook_allocations == 0) return;
-  uint32_t every = p->budget.current_every;
-  uint32_t before = schedule_window_every(&p->chain, every, p->seen_share);
+  double old_share = p->seen_share;
   p->seen_share = (double)p->hook_allocations / (double)vm;
-  // The countdown left was drawn at the old rate; a new one is drawn at the new rate (memoryless: for a
+  // A countdown left was drawn at the old rate; a new one is drawn at the new rate (memoryless: for a
   // rate that did not change, the same law as going on).
-  if (schedule_window_every(&p->chain, every, p->seen_share) != before) plan_draw(p);
+  uint32_t every = p->budget.current_every;
+  if (schedule_window_every(&p->chain, every, old_share) != schedule_window_every(&p->chain, every, p->seen_share)) plan_draw(p);
+  for (uint32_t i = 0; i < p->strata_count; i++) {
+    uint32_t s_every = plan_stratum_every(p, i);
+    if (schedule_window_every(&p->chain, s_every, old_share) != schedule_window_every(&p->chain, s_every, p->seen_share)) {
+      plan_draw_stratum(p, i);
+    }
+  }
 }
 
 // ---- What the profile reads ----
@@ -160,7 +223,7 @@ uint64_t plan_vm_allocations(const sampling_plan *p, uint64_t vm_allocations) { 
 
 uint64_t plan_hook_allocations(const sampling_plan *p, uint64_t vm) {
   if (!p->windowed) return vm;
-  return p->hook_allocations + (p->window_open ? p->step - p->countdown : 0);
+  return p->hook_allocations + (p->window_open ? counted_down(p) : 0);
 }
 
 double plan_realized_share(const sampling_plan *p, uint64_t virtual_now) {

@@ -12,6 +12,15 @@
 //   at its end. The weight scale (plan_weight_scale) corrects every value of a profile for the share of
 //   allocations the hook really saw.
 //
+// Focused classes (strata): a class given its own rate (Heapscope.start(focus:)) is counted down by a
+// countdown of its own, never by the common one, so its allocations are sampled at their own rate and
+// each sample weighs 1 / that rate (stratified sampling: every estimate stays unbiased, and a denser
+// rate narrows that class's error). Windowed, a stratum's rate inside windows follows the same rule as
+// the common one (denser by 1 / share), so it can be no denser than 1 in 1 / share overall; the budget
+// lowers every stratum's rate by the factor it lowers the common one. Strata count toward the
+// allocations the hook has seen (the weight scale needs them all). Which allocations belong to a
+// stratum is the hook's business (alloc_hook.c: a table of classes); here a stratum is a number.
+//
 // Virtual time is monotonic time minus heapscope's own work (own_nanos, plan_charge), which happens only
 // while the hook is on and would otherwise stretch windows over less of the program (schedule.h).
 //
@@ -34,6 +43,9 @@
 #include "sampler.h"
 #include "schedule.h"
 
+// At most this many focused classes (strata) in a run.
+#define PLAN_MAX_STRATA 72 // 64 named by the caller, 8 for automatic focus (lib/heapscope/auto_focus.rb)
+
 // The weight scale's bounds (plan_weight_scale).
 #define PLAN_WEIGHT_SCALE_MIN 0.5
 #define PLAN_WEIGHT_SCALE_MAX 5.0
@@ -43,7 +55,19 @@ typedef struct {
   double max_overhead;   // the adaptive budget (budget.h); <= 0: always sample_every
   bool windowed;         // windows (schedule.h); else the hook is on for every allocation
   double window_share;   // windowed: the share of time the hook is on, e.g. 0.04
+  const uint32_t *strata_every; // each focused class's rate (1 in N, >= 1), strata_count of them
+  uint32_t strata_count;        // <= PLAN_MAX_STRATA
 } plan_config;
+
+// A focused class's countdown, as the common one: allocations left until its next sample, what that
+// sample weighs, and what the countdown was loaded with.
+typedef struct {
+  uint64_t countdown;
+  uint64_t step;
+  uint32_t draw_weight;
+  uint32_t every;   // the rate asked for (1 in N), before the budget's factor
+  uint64_t samples; // samples this stratum drew since plan_start
+} plan_stratum;
 
 typedef struct {
   // The hook's: allocations left until the next sample (its only work is a decrement), and what that
@@ -71,6 +95,8 @@ typedef struct {
   uint64_t closed_windows_virtual;    // virtual time the closed windows were open for
   double seen_share;              // the share of allocations the hook had seen at the last density check
   uint64_t next_density_check;    // virtual time of the next (plan_density_due)
+  uint32_t strata_count;          // focused classes in this run
+  plan_stratum strata[PLAN_MAX_STRATA];
 } sampling_plan;
 
 // ---- Lifecycle ----
@@ -116,6 +142,17 @@ void plan_charge(sampling_plan *p, uint64_t started, uint64_t now);
 void plan_draw(sampling_plan *p);
 // The countdown reached 0: its allocations count as seen (and uncharged). Returns the sample's weight.
 uint32_t plan_sampled(sampling_plan *p);
+// A focused class's countdown (stratum i < strata_count) reached 0: as plan_sampled, for its own
+// countdown. Then plan_draw_stratum.
+uint32_t plan_sampled_stratum(sampling_plan *p, uint32_t i);
+// Loads stratum i's countdown at its rate (times the budget's factor; windowed, denser inside windows as
+// the common rate) and fixes its next sample's weight (none after plan_halt).
+void plan_draw_stratum(sampling_plan *p, uint32_t i);
+// Stratum i samples 1 in every (>= 1) from now on: its countdown is drawn anew at that rate (a sample
+// drawn at the old rate would weigh the old rate; memoryless, so nothing else changes).
+void plan_set_stratum_every(sampling_plan *p, uint32_t i, uint32_t every);
+// The rate stratum i draws at now, overall (1 in N): its own times the budget's factor.
+uint32_t plan_stratum_every(const sampling_plan *p, uint32_t i);
 // A sample is recorded: its cluster (always: a new one per sample; windowed: the open window).
 uint32_t plan_cluster(sampling_plan *p);
 

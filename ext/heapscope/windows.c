@@ -306,7 +306,21 @@ void windows_resume_after_ractor(void) {
 
 bool windows_paused_for_ractor(void) { return win.ractor_pause; }
 
-void windows_start(recorder *r, const plan_config *config, uint64_t seed) {
+// Outside the GC. Swaps the hook in place: enabled now (a window open, or always mode), the new one is
+// enabled before the old one goes, with the GC held off so that no GC sees neither.
+void windows_set_newobj_hook(VALUE newobj_hook) {
+  if (newobj_hook == win.newobj_hook) return;
+  VALUE old = win.newobj_hook;
+  win.newobj_hook = newobj_hook;
+  if (!win.active || !RTEST(rb_tracepoint_enabled_p(old))) return;
+  VALUE gc_was_disabled = rb_gc_disable();
+  rb_tracepoint_enable(newobj_hook);
+  rb_tracepoint_disable(old);
+  if (!RTEST(gc_was_disabled)) rb_gc_enable();
+}
+
+void windows_start(recorder *r, VALUE newobj_hook, const plan_config *config, uint64_t seed) {
+  win.newobj_hook = newobj_hook;
   pthread_mutex_lock(&chain_lock);
   plan_start(win.plan, config, plan_monotonic_nanos(), windows_vm_allocations(), seed);
   pthread_mutex_unlock(&chain_lock);

@@ -45,8 +45,12 @@ bool windows_ticker(void);
 
 // A run starts: the plan is started (its first countdown drawn, under the ticker's lock), then, windowed,
 // a first sync point and the ticker; always, both hooks on. Its windows are reported to r
-// (recorder_close_window).
-void windows_start(recorder *r, const plan_config *config, uint64_t seed);
+// (recorder_close_window). newobj_hook: this run's allocation hook (alloc_hook_tracepoint: the focused
+// one when the run has focused classes), used until windows_stop.
+void windows_start(recorder *r, VALUE newobj_hook, const plan_config *config, uint64_t seed);
+// The run's allocation hook changes (a first focused class came or the last went: alloc_hook.h), from
+// now on; one enabled now is swapped at once. Outside the GC, with the GVL.
+void windows_set_newobj_hook(VALUE newobj_hook);
 // The run ends: ticker stopped, both hooks off. No-op when not started.
 void windows_stop(void);
 void windows_get_stats(windows_stats *stats);

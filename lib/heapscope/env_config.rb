@@ -2,6 +2,7 @@
 
 require "ipaddr"
 require_relative "surfaces/dumps"
+require_relative "focus"
 
 module Heapscope
   # EnvConfig turns HEAPSCOPE_* environment variables into the settings of every no-code surface
@@ -33,6 +34,8 @@ module Heapscope
       "HEAPSCOPE_WINDOW_SHARE" => "fraction of time the allocation hook is on when windowed, above 0 and at most 1 (default 0.04)",
       "HEAPSCOPE_LABEL_THREADS" => "1 labels every sample thread=<its thread's name> (default 0)",
       "HEAPSCOPE_SHOW_CONTENTS" => "1 lets reports show contents of the application's objects, such as Hash keys in retainers?keys=1 and String bytes and keys in examples (default 0: classes only)",
+      "HEAPSCOPE_FOCUS" => "classes sampled at their own rate, CLASS=N,CLASS2=M (e.g. Quote=10): denser sampling and narrower errors where a decision is made; a class not defined at start is looked for at each profile (docs/configuration.md, focus)",
+      "HEAPSCOPE_AUTO_FOCUS" => "0 stops classes whose exact live bytes keep growing over the last profiles getting a 10x denser rate (default 1; needs the census)",
       "HEAPSCOPE_CENSUS" => "0 leaves the exact census of the live heap (per type and class totals, about 15 ms per million objects) out of profiles (default 1)",
       "HEAPSCOPE_MAX_LABEL_SETS" => "distinct label sets kept, 1..1000000; past it new ones become \"(other)\" (default 1000)",
       "HEAPSCOPE_LABELS" => "0 stops Rails apps' requests and jobs being labelled endpoint=Controller#action, job=JobClass (default 1)",
@@ -107,6 +110,10 @@ module Heapscope
         config[:start][:label_threads] = label_threads unless label_threads.nil?
         show_contents = p.boolean("HEAPSCOPE_SHOW_CONTENTS", nil)
         config[:start][:show_contents] = show_contents unless show_contents.nil?
+        focus = p.focus("HEAPSCOPE_FOCUS")
+        config[:start][:focus] = focus unless focus.nil?
+        auto_focus = p.boolean("HEAPSCOPE_AUTO_FOCUS", nil)
+        config[:start][:auto_focus] = auto_focus unless auto_focus.nil?
         census = p.boolean("HEAPSCOPE_CENSUS", nil)
         config[:start][:census] = census unless census.nil?
         sizes = p.boolean("HEAPSCOPE_TRACK_SIZES", nil)
@@ -208,6 +215,16 @@ module Heapscope
       # reason, plus what is wrong when text holds spaces (the likeliest cause of a number not parsing).
       def numeric_reason(text, reason)
         text.match?(/\s/) ? "#{reason} (digits only: it has spaces)" : reason
+      end
+
+      # CLASS=N,... as a Hash for the focus option (Focus.parse says what is malformed); nil when unset.
+      def focus(name)
+        text = string(name)
+        return nil if text.nil?
+
+        Focus.parse(text)
+      rescue ArgumentError => e
+        bad(name, e.message)
       end
 
       def integer(name, default, min, max)

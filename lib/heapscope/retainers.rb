@@ -18,7 +18,7 @@ module Heapscope
   # calls no method of the application's and names edges in C (edge_names.c). It is bounded by
   # time_limit (seconds, wall time, naming included) and max_memory (the walk's tables, about 21-29
   # bytes per object kept); at a bound it returns what it found and says it was cut short.
-  # docs/reading-profiles.md, "Who holds it", shows a worked example; bench/retainers_cost.rb measures
+  # docs/leak-hunting.md, "Who holds it", shows a worked example; bench/retainers_cost.rb measures
   # the pause.
   module Retainers
     DEFAULTS = { limit: 3, time_limit: 1.0, max_memory: 256 * 1024 * 1024 }.freeze
@@ -194,7 +194,7 @@ module Heapscope
       # {value => name} of the global variables a program assigned: every name but Ruby's own, read
       # once per walk. A plain variable's read has no side effect. What this cannot tell: a global a C
       # extension defines with a getter of its own, or an alias of a special one (`alias $f $FILENAME`):
-      # those are read like plain ones (docs/reading-profiles.md says so).
+      # those are read like plain ones (docs/leak-hunting.md says so).
       def global_values
         values = {}.compare_by_identity
         quietly do

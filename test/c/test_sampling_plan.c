@@ -197,6 +197,106 @@ static void test_halt_and_park(void) {
   CHECK(p.countdown < UINT64_MAX);
 }
 
+// Focused classes (strata): a stratum's allocations count down its own countdown, never the common one.
+// Interleaves n allocations, every `stride`-th one of stratum 0, the rest common; returns the strata's
+// and the common samples' weights in *focused and *common.
+static void allocate_mixed(sampling_plan *p, uint64_t n, uint64_t stride, uint64_t *focused, uint64_t *common) {
+  for (uint64_t i = 0; i < n; i++) {
+    if (i % stride == 0) {
+      if (--p->strata[0].countdown != 0) continue;
+      *focused += plan_sampled_stratum(p, 0);
+      (void)plan_cluster(p);
+      plan_draw_stratum(p, 0);
+    } else {
+      if (--p->countdown != 0) continue;
+      *common += plan_sampled(p);
+      (void)plan_cluster(p);
+      plan_draw(p);
+    }
+  }
+}
+
+static void start_focused(sampling_plan *p, uint32_t every, bool windowed, uint32_t stratum_every) {
+  memset(p, 0, sizeof *p);
+  p->hook_cost_nanos = -1.0;
+  uint32_t strata[1] = {stratum_every};
+  plan_config c = {.sample_every = every, .windowed = windowed, .window_share = 0.04, .strata_every = strata, .strata_count = 1};
+  plan_start(p, &c, 0, 0, 7);
+}
+
+// Always: each stratum's sample weighs its own rate and the weights add up to its allocations (within
+// 5 standard errors: sqrt(n (w - 1)) for n allocations at weight w); the common rate's likewise.
+static void test_strata_weigh_their_own_rate(void) {
+  sampling_plan p;
+  start_focused(&p, 1000, false, 10);
+  CHECK_EQ_U64(p.strata_count, 1);
+  CHECK_EQ_U64(p.strata[0].draw_weight, 10);
+  CHECK_EQ_U64(p.draw_weight, 1000);
+  uint64_t focused = 0, common = 0;
+  allocate_mixed(&p, 4000000, 4, &focused, &common); // 1,000,000 focused, 3,000,000 common
+  CHECK(fabs((double)focused - 1e6) < 5 * sqrt(1e6 * 9));
+  CHECK(fabs((double)common - 3e6) < 5 * sqrt(3e6 * 999));
+  CHECK_EQ_U64(focused % 10, 0);
+  CHECK(p.strata[0].samples > 90000 && p.strata[0].samples < 110000);
+  CHECK_EQ_U64(plan_hook_allocations(&p, 4000000), 4000000); // always: all of them
+}
+
+// Windowed: a stratum's allocations count among those the hook saw (the weight scale needs them all:
+// left out, focusing a quarter of the allocations would scale every weight up by 4/3); its in-window
+// rate is denser by 1 / share as the common one's, and no denser than every allocation.
+static void test_strata_count_toward_the_hook_and_windows(void) {
+  sampling_plan p;
+  start_focused(&p, 1000, true, 100);
+  plan_open_window(&p, 0);
+  uint64_t focused = 0, common = 0;
+  allocate_mixed(&p, 100000, 4, &focused, &common);
+  CHECK_EQ_U64(plan_hook_allocations(&p, 0), 100000);
+  CHECK_EQ_U64(plan_open_window_allocations(&p, 0), 100000);
+  CHECK_EQ_U64(plan_close_window(&p, MS), 100000);
+  CHECK(fabs(plan_weight_scale_wanted(&p, 2500000) - 1.0) < 1e-12); // 0.04 x 2,500,000 / 100,000
+  CHECK_EQ_U64(p.strata[0].draw_weight, 100); // 4 / 0.04
+  // A rate denser than 1 / share: every allocation inside windows, each weighing 1 / share.
+  start_focused(&p, 1000, true, 10);
+  CHECK_EQ_U64(p.strata[0].draw_weight, 25);
+  CHECK_EQ_U64(p.strata[0].step, 1);
+}
+
+// The budget lowers a stratum's rate by the factor it lowered the common one; park and halt stop the
+// strata's countdowns too.
+static void test_strata_follow_the_budget_and_park(void) {
+  sampling_plan p;
+  start_focused(&p, 1000, false, 10);
+  CHECK_EQ_U64(plan_stratum_every(&p, 0), 10);
+  p.budget.current_every = 4000;
+  CHECK_EQ_U64(plan_stratum_every(&p, 0), 40);
+  plan_draw_stratum(&p, 0);
+  CHECK_EQ_U64(p.strata[0].draw_weight, 40);
+  plan_park(&p);
+  CHECK(p.strata[0].countdown == UINT64_MAX);
+  plan_halt(&p);
+  plan_draw_stratum(&p, 0);
+  CHECK(p.strata[0].countdown == UINT64_MAX);
+}
+
+// Automatic focus moves a stratum to another rate mid-run: what its countdown had counted down inside
+// the open window counts as seen, and the next sample weighs the new rate.
+static void test_stratum_rate_changes_keep_the_count(void) {
+  sampling_plan p;
+  start_focused(&p, 1000, true, 1000);
+  plan_open_window(&p, 0);
+  uint64_t focused = 0, common = 0;
+  allocate_mixed(&p, 1000, 2, &focused, &common); // 500 of the stratum's, 500 common
+  CHECK_EQ_U64(plan_hook_allocations(&p, 0), 1000);
+  plan_set_stratum_every(&p, 0, 100);
+  CHECK_EQ_U64(p.strata[0].every, 100);
+  CHECK_EQ_U64(p.strata[0].draw_weight, 100);
+  CHECK_EQ_U64(plan_hook_allocations(&p, 0), 1000); // nothing lost, nothing counted twice
+  allocate_mixed(&p, 1000, 2, &focused, &common);
+  CHECK_EQ_U64(plan_close_window(&p, MS), 2000);
+  plan_set_stratum_every(&p, 0, 0); // a rate below 1 is 1
+  CHECK_EQ_U64(p.strata[0].every, 1);
+}
+
 // A forked child draws other countdowns than its parent.
 static void test_reseed_changes_the_draws(void) {
   sampling_plan a, b;
@@ -223,5 +323,9 @@ int main(void) {
   test_hook_wanted();
   test_halt_and_park();
   test_reseed_changes_the_draws();
+  test_strata_weigh_their_own_rate();
+  test_strata_count_toward_the_hook_and_windows();
+  test_strata_follow_the_budget_and_park();
+  test_stratum_rate_changes_keep_the_count();
   return check_report("test_sampling_plan");
 }

@@ -181,7 +181,7 @@ module Heapscope
           at = sum[ti] || 0
           exact = totals[col - 1]
           { "name" => label, "exact" => exact, "at_sites" => at, "not_seen" => exact - at,
-            "error" => [sampling.absolute_error(sum, ti), floor.call(*totals)].compact.max }
+            "error" => [sampling.absolute_error(sum, ti), floor.call(*totals, label)].compact.max }
         end
         listed = @class_totals.map do |c, (type, *totals)|
           e = at_sites[c]
@@ -212,13 +212,16 @@ module Heapscope
       # Heapscope.start add (never sampled, but in the census). The samples' own error misses what the
       # samples never saw: 100 unsampled 40 KiB Strings beside 150,000 sampled small ones gave +-0.5 MiB
       # for a remainder 3.4 MiB off (bench/census_coverage.rb). Bytes rows take the larger of the two;
-      # objects rows keep the samples' own (every object counts 1: no unseen giant among them).
+      # objects rows keep the samples' own (every object counts 1: no unseen giant among them). A focused
+      # class's row takes its own rate (a class sampled 1 in 1 leaves nothing unseen); other rows the
+      # profile's.
       def census_error(sampling, col)
         w = [sampling.sample_every, sampling.current_sample_every].compact.max
-        lambda do |_objects, _bytes, sq = nil|
-          next nil unless col == 2 && sq && w && w > 1
+        lambda do |_objects, _bytes, sq = nil, label = nil|
+          rate = sampling.focus_rates[label] || w
+          next nil unless col == 2 && sq && rate && rate > 1
 
-          Math.sqrt((w - 1) * sq)
+          Math.sqrt((rate - 1) * sq)
         end
       end
 

@@ -39,9 +39,14 @@ module Heapscope
 
       module_function
 
+      # Longer file names are no path a Ruby made (PATH_MAX is 4096): grouped as the app's without
+      # matching, so a hostile profile's long names cannot make the backtracking patterns above slow.
+      MAX_PATH = 4096
+
       # The group of a frame's file ("" or nil: a frame without a file).
       def group(file)
         return RUBY if file.nil? || file.empty? || file.start_with?("<internal:")
+        return APP if file.bytesize > MAX_PATH
 
         if (m = GIT.match(file))
           "#{m[1]} git:#{m[2]}"

@@ -39,9 +39,13 @@ module Heapscope
     # in 1000 to 1 in 1000" contradicted itself.
     class Sampling
       attr_reader :sample_every, :current_sample_every, :period, :windows, :share, :mode
+      # Focused classes in force (lib/heapscope/focus.rb): class name => its rate in force (1 in N).
+      attr_reader :focus_rates
 
       SAMPLE_EVERY = /\bsample_every=(\d{1,19})(?!\d)/.freeze
       CURRENT_SAMPLE_EVERY = /\bcurrent_sample_every=(\d{1,19})(?!\d)/.freeze
+      # A focused class's line (lib/heapscope/focus.rb): its rate in force and its name.
+      FOCUS = /\Aheapscope focus: rate=\d{1,19} current_rate=(\d{1,19}) samples=\d{1,19} state=(\w{1,10}) class=(\S{1,300})\z/.freeze
       WINDOWED = /\bsampling=windowed\b/.freeze
       WINDOWS_OPENED = /\bwindows_opened=(\d{1,19})(?!\d)/.freeze
       VARIANCE = /\bvariance=(?:labels|groups)\b/.freeze
@@ -130,7 +134,14 @@ module Heapscope
         @variance = false
         @mode = nil
         @share = nil
+        @focus = []
+        @focus_rates = {}
         prof.comments.each do |c|
+          if (m = c.match(FOCUS))
+            @focus << "#{m[3]} 1 in #{m[1]}#{" (not defined yet)" if m[2] == "pending"}#{" (automatic: it grew)" if m[2] == "auto"}"
+            @focus_rates[m[3]] = m[1].to_i if %w[active auto].include?(m[2]) && m[1].to_i.positive?
+            next
+          end
           # Linear patterns only (a comment is the profile writer's text): "windowed ... windows_opened"
           # is two searches, not one `.*` that backtracks over the comment for every "windowed" in it;
           # numbers longer than 19 digits are not numbers a writer meant, and sample_every=0 gives no rate
@@ -201,6 +212,7 @@ module Heapscope
           else "sampling rate unknown"
           end
         text = "#{text}; #{scale_bounded_text}" if @scale_bounded
+        text = "#{text}; focus: #{@focus.first(8).join(", ")}#{" and #{@focus.size - 8} more" if @focus.size > 8}" if @focus.any?
         if @rate_lowered
           "#{text}; rate lowered by the overhead budget from 1 in #{@sample_every} to 1 in #{@current_sample_every || "?"}"
         elsif @lowered_at_times
