@@ -116,8 +116,9 @@ class TestUI < Minitest::Test
     row = series["leaks"].find { |r| r["name"].end_with?(LEAK_LINE) }
     assert_equal "leak", row["verdict"], row.inspect
     refute series["leaks"].any? { |r| r["name"].end_with?(CHURN_LINE) && r["verdict"] == "leak" }
+    # (Not "below the leak's last value": how far the leak got depends on how many turns a loaded
+    # machine ran in 2.5 s; one CI-loaded run had the leak at 6.2 MB beside a churn peak of 6.4 MB.)
     assert_operator churn["values"].max, :<, 16_000_000
-    assert_operator churn["values"].max, :<, values.last
     # Totals with errors, and the memory breakdown of each snapshot.
     assert series["snapshots"].all? { |s| s["total"].positive? && s["total_error"] >= 0 }
     assert series["snapshots"].last["memory"]&.key?("rss")
