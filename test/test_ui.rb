@@ -298,8 +298,11 @@ class TestUI < Minitest::Test
   def test_live_source_refreshes
     port = TCPServer.new("127.0.0.1", 0).then { |s| s.addr[1].tap { s.close } }
     File.write(File.join(@dir, "leaky.rb"), LEAKY)
+    # Sampled always and densely: the leak line is then in every snapshot's top (windowed, the default
+    # on 3.3+, a second-old process may not have sampled it yet).
     @children << Process.spawn({ "RUBYOPT" => nil, "HEAPSCOPE_DIR" => nil }, RbConfig.ruby, EXE, "run", "--dir",
-                               File.join(@dir, "prof"), "--http", "127.0.0.1:#{port}", "--", RbConfig.ruby, "leaky.rb", "60",
+                               File.join(@dir, "prof"), "--http", "127.0.0.1:#{port}", "--sampling", "always",
+                               "--sample-every", "100", "--", RbConfig.ruby, "leaky.rb", "60",
                                chdir: @dir, out: File::NULL, err: File.join(@dir, "run.log"))
     url = "http://127.0.0.1:#{port}/debug/pprof/heap"
     deadline = now + 30
@@ -324,6 +327,7 @@ class TestUI < Minitest::Test
     top = get_json(server, "/api/top?snap=#{newest}")
     assert top["live"]
     leak = top["entries"].find { |e| e["name"].end_with?(LEAK_LINE) }
+    refute_nil leak, "the leak line in the live top: #{top["entries"].map { |e| e["name"] }}"
     res = get(server, "/api/retainers?snap=#{newest}&site=#{URI.encode_www_form_component("#{leak["file"]}:#{leak["line"]}")}")
     assert_equal "200", res.code, res.body
     assert_includes res.body, "KEEP"
