@@ -96,18 +96,21 @@ module Heapscope
         raise Error, "heapscope cannot start while other Ractors run (#{Ractor.count - 1}): it does not support Ractors"
       end
 
+      # Everything heapscope keeps for the run is made before sampling starts, so none of it is the
+      # program's (the profile would show heapscope's own objects otherwise).
+      strata = focus.map { |klass, rate, _| [klass, rate] } + auto_focus_slots(config)
+      # Automatic focus reads each profile's census: none without it.
+      auto_focus = if config[:auto_focus] && config[:census]
+                     AutoFocus.new(first_index: focus.size, rate: auto_focus_rate(config), taken: focus.map { |_, _, name| name },
+                                   resolve: Focus.method(:lookup))
+                   end
       Native._start(config[:sample_every], config[:max_frames], config[:min_age], config[:track_sizes],
                     config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE,
                     config[:max_overhead]&.to_f, config[:sampling] == :windowed, config[:window_share].to_f,
-                    config[:label_threads], config[:max_label_sets],
-                    focus.map { |klass, rate, _| [klass, rate] } + auto_focus_slots(config))
+                    config[:label_threads], config[:max_label_sets], strata)
       @focus = focus
-      Focus.watch(focus)
-      # Automatic focus reads each profile's census: none without it.
-      @auto_focus = if config[:auto_focus] && config[:census]
-                      AutoFocus.new(first_index: focus.size, rate: auto_focus_rate(config), taken: focus.map { |_, _, name| name },
-                                    resolve: Focus.method(:lookup))
-                    end
+      @auto_focus = auto_focus
+      internal { Focus.watch(focus) } # the TracePoint is heapscope's too
       @config = config
       @sampling_reason = sampling_reason
       true

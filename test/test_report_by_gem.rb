@@ -166,7 +166,11 @@ class TestReportByGem < Minitest::Test
     # heapscope and ruby as this test runs them; outside heapscope's own bundle, in the app's.
     argv = Shellwords.split(run_line).drop(1)
     argv[argv.index("--") + 1] = RbConfig.ruby
-    env = { "BUNDLE_GEMFILE" => File.join(app, "Gemfile"), "RUBYOPT" => nil, "HEAPSCOPE_DIR" => nil }
+    # The gem directories this test sees, so the app's bundle resolves from them: where the suite's
+    # gems live is this process's Gem.path (a private bundle path on the CI Rubies, whose plain
+    # environment has no rack), not the environment with_unbundled_env restores.
+    env = { "BUNDLE_GEMFILE" => File.join(app, "Gemfile"), "RUBYOPT" => nil, "HEAPSCOPE_DIR" => nil,
+            "GEM_PATH" => Gem.path.join(File::PATH_SEPARATOR) }
     out, err, status = unbundled do
       Timeout.timeout(120) { Open3.capture3(env, RbConfig.ruby, EXE, *argv, chdir: app) }
     end

@@ -49,7 +49,8 @@ module Heapscope
         text.split(",").map(&:strip).reject(&:empty?).to_h do |part|
           name, rate = part.split("=", 2)
           unless rate && rate.strip.match?(/\A\d+\z/)
-            raise ArgumentError, "focus: #{part.inspect} is not CLASS=RATE (e.g. Quote=10)"
+            shown = part.length > 60 ? "#{part[0, 60].inspect}... (#{part.length} characters)" : part.inspect
+            raise ArgumentError, "focus: #{shown} is not CLASS=RATE (e.g. Quote=10)"
           end
           [name.strip, Integer(rate.strip, 10)]
         end
