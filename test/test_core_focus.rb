@@ -116,6 +116,19 @@ class TestCoreFocus < Minitest::Test
     Object.send(:remove_const, :HeapscopeFocusNeverLoaded) if Object.autoload?(:HeapscopeFocusNeverLoaded)
   end
 
+  # VM-internal objects (hidden ones have klass 0, a T_IMEMO's klass slot holds other data) never count
+  # down a focused class's countdown: at rate 1 every one of them would be picked and thrown away.
+  def test_hidden_and_internal_objects_never_take_a_focused_countdown
+    Heapscope.start(sample_every: 1_000_000, sampling: :always, focus: { Quote => 1 }, auto_focus: false)
+    keep = Array.new(1000) { |i| Quote.new(i) }
+    2000.times { |i| [3, 1, 2, i].sort_by { |x| -x }.uniq { |x| x % 2 } } # hidden temporary Arrays and Hashes
+    2000.times { |i| Class.new { define_method(:"m#{i % 3}") { i } } }      # method entries (T_IMEMO)
+    stats = Heapscope.stats
+    assert_equal 1000, stats[:focus][0][:samples], stats.slice(:samples_taken, :skipped_internal, :focus)
+    assert_operator stats[:skipped_internal], :<, 50, "internal objects picked by the focused countdown"
+    refute_nil keep
+  end
+
   def test_bad_focus_options_name_the_problem
     {
       { focus: [Quote, 10] } => /focus must be a Hash/,

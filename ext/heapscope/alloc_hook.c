@@ -172,10 +172,12 @@ static void sample(VALUE obj, uint32_t weight) {
 static inline uint32_t focus_slot_of(VALUE klass) { return (uint32_t)(((uint64_t)klass * 0x9e3779b97f4a7c15ull) >> 57) % FOCUS_SLOTS; }
 
 // The stratum of klass, or UINT32_MAX when it is not focused.
+// The empty test comes first: a hidden object's klass is 0, which must find no stratum, not the
+// stratum field of the first empty slot.
 static inline uint32_t focus_lookup(VALUE klass) {
   for (uint32_t i = focus_slot_of(klass);; i = (i + 1) % FOCUS_SLOTS) {
-    if (hook.focus[i].klass == klass) return hook.focus[i].stratum;
     if (hook.focus[i].klass == 0) return UINT32_MAX;
+    if (hook.focus[i].klass == klass) return hook.focus[i].stratum;
   }
 }
 
@@ -216,11 +218,12 @@ __attribute__((noinline, cold)) static void on_stratum_countdown(VALUE obj, uint
 
 // With focused classes: the new object's class picks the countdown (its stratum's or the common one).
 // The class is set before NEWOBJ fires (newobj_of fills klass and flags first); a hidden object's is 0,
-// which is never focused.
+// which is never focused. A T_IMEMO's klass slot holds other data (a method entry keeps its defined
+// class there), so VM-internal objects always take the common countdown.
 static void on_newobj_focused(VALUE tracepoint, void *unused) {
   (void)unused;
   VALUE obj = rb_tracearg_object(rb_tracearg_from_tracepoint(tracepoint));
-  uint32_t stratum = focus_lookup(RBASIC(obj)->klass);
+  uint32_t stratum = RB_BUILTIN_TYPE(obj) == RUBY_T_IMEMO ? UINT32_MAX : focus_lookup(RBASIC(obj)->klass);
   if (__builtin_expect(stratum == UINT32_MAX, 1)) {
     if (__builtin_expect(--plan.countdown != 0, 1)) return;
     on_countdown(tracepoint);
