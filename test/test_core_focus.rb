@@ -73,7 +73,11 @@ class TestCoreFocus < Minitest::Test
       refute_nil row, "#{what} class #{name} in #{rows.map { |r| r["name"] }}"
       sd = row["relative_error"] * row["flat"]
       assert_operator sd, :>, 0, what
-      assert_in_delta n, row["flat"], 5 * sd, "#{what} class: #{row["flat"]} for #{n} (1 sd #{sd.round})"
+      # 5 printed standard errors, and at least 15% of the truth: a short windowed run's printed error
+      # can be narrower than its real spread (issue 31's short runs), and what this test is after is
+      # the 2x a missed count makes (a mutation leaving the strata out of the count read 266,200 to
+      # 300,480 for 150,000 on 3.3).
+      assert_in_delta n, row["flat"], [5 * sd, 0.15 * n].max, "#{what} class: #{row["flat"]} for #{n} (1 sd #{sd.round})"
     end
     refute_nil keep
   end
