@@ -101,8 +101,10 @@ class TestLabels < Minitest::Test
       Heapscope.with_labels(**labels) {}
       Heapscope::Labels.switch(Heapscope::Labels.switch(Heapscope::RackLabels.id_for("GET", path)))
     end
-    # One Hash per call: the **labels the caller passes. (Anything of ours would be 1000 more.)
-    assert_operator GC.stat(:total_allocated_objects) - before, :<=, 1010
+    # One Hash per call: the **labels the caller passes. (Anything of ours would be 1000 more.) The
+    # count is the whole process's, so 50 of slack for whatever else runs meanwhile: an ASan CI run
+    # counted 1011 against the 1010 this allowed before.
+    assert_operator GC.stat(:total_allocated_objects) - before, :<=, 1050
   end
 
   def test_threads_and_fibers_keep_their_own_labels_on_both_sample_types
