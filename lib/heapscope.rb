@@ -237,8 +237,7 @@ module Heapscope
 
       stats = Native._focus_stats
       @auto_focus.active.each do |name, index|
-        every, current, samples = stats[index]
-        text << "heapscope focus: rate=#{every} current_rate=#{current} samples=#{samples} state=auto class=#{name}\n"
+        text << Focus.line(stats[index], "auto", name)
       end
       text + @auto_focus.comments
     end

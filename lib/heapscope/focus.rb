@@ -107,11 +107,15 @@ module Heapscope
       def comments(entries)
         stats = Native._focus_stats
         entries.each_with_index.map do |(klass, _rate, name), index|
-          every, current, samples = stats[index] || [0, 0, 0]
-          # Keys of their own (rate=, not sample_every=): readers take sample_every= for the profile's rate.
-          "heapscope focus: rate=#{every} current_rate=#{current} samples=#{samples} " \
-            "state=#{klass ? "active" : "pending"} class=#{name}\n"
+          line(stats[index] || [0, 0, 0], klass ? "active" : "pending", name)
         end.join
+      end
+
+      # One focus comment line from a stratum's Native._focus_stats entry [rate, rate in force, samples]
+      # (report/sampling.rb's FOCUS reads it; automatic focus writes its strata with state "auto").
+      # Keys of their own (rate=, not sample_every=): readers take sample_every= for the profile's rate.
+      def line((every, current, samples), state, name)
+        "heapscope focus: rate=#{every} current_rate=#{current} samples=#{samples} state=#{state} class=#{name}\n"
       end
 
       private
