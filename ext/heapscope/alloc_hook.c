@@ -181,19 +181,23 @@ static inline uint32_t focus_lookup(VALUE klass) {
   }
 }
 
+// Samples obj at weight and charges the work. False when the fail-safe halted the plan meanwhile: the
+// countdowns are then parked (they count down forever until capture_stop) and none is drawn again.
+static bool take_sample(VALUE obj, uint32_t weight) {
+  uint64_t started = plan_monotonic_nanos();
+  sample(obj, weight);
+  plan_charge(&plan, started, plan_monotonic_nanos());
+  if (!plan.halted) return true;
+  plan_park(&plan);
+  return false;
+}
+
 // Kept out of line, so on_newobj's common path needs no stack frame or saved registers.
 __attribute__((noinline, cold)) static void on_countdown(VALUE tracepoint) {
   // Only here, on the sampled path: the common path stays a decrement and a branch.
   if (!ractors_guard()) return;
   uint32_t weight = plan_sampled(&plan);
-  uint64_t started = plan_monotonic_nanos();
-  sample(rb_tracearg_object(rb_tracearg_from_tracepoint(tracepoint)), weight);
-  plan_charge(&plan, started, plan_monotonic_nanos());
-  if (plan.halted) {
-    plan_park(&plan); // the fail-safe: count down forever until capture_stop
-    return;
-  }
-  plan_draw(&plan);
+  if (take_sample(rb_tracearg_object(rb_tracearg_from_tracepoint(tracepoint)), weight)) plan_draw(&plan);
 }
 
 static void on_newobj(VALUE tracepoint, void *unused) {
@@ -206,14 +210,7 @@ static void on_newobj(VALUE tracepoint, void *unused) {
 __attribute__((noinline, cold)) static void on_stratum_countdown(VALUE obj, uint32_t stratum) {
   if (!ractors_guard()) return;
   uint32_t weight = plan_sampled_stratum(&plan, stratum);
-  uint64_t started = plan_monotonic_nanos();
-  sample(obj, weight);
-  plan_charge(&plan, started, plan_monotonic_nanos());
-  if (plan.halted) {
-    plan_park(&plan);
-    return;
-  }
-  plan_draw_stratum(&plan, stratum);
+  if (take_sample(obj, weight)) plan_draw_stratum(&plan, stratum);
 }
 
 // With focused classes: the new object's class picks the countdown (its stratum's or the common one).
