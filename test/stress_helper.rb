@@ -48,10 +48,18 @@ module StressCells
       check(e.message.include?(text), e.message)
     end
 
+    # A profile taken as the cell's GC.stress setting has it, then decoded with GC.stress off: reading
+    # it is the test's work, not heapscope's, and under stress each of the Ruby decoder's allocations
+    # is a full GC (over a minute a profile on a loaded Ruby 3.4, which timed a cell out in CI).
     def decoded(**options)
-      prof = Heapscope::Pprof.decode(Heapscope.profile(**options))
+      raw = Heapscope.profile(**options)
+      stress = GC.stress
+      GC.stress = false
+      prof = Heapscope::Pprof.decode(raw)
       Heapscope::Pprof.validate!(prof)
       prof
+    ensure
+      GC.stress = stress if stress
     end
 
     FILE = File.expand_path(__FILE__)
