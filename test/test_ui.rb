@@ -259,6 +259,93 @@ class TestUI < Minitest::Test
     assert_equal "400", get(server, "/api/retainers?snap=#{ids[1]}&site=app%2Fusers.rb%3A3").code
   end
 
+  # A real run whose requests carry an endpoint label: "users" keeps what it makes, "posts" does not.
+  LABELLED = <<~RUBY
+    KEEP = []
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    while Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0 < Float(ARGV[0])
+      Heapscope.with_labels(endpoint: "users", worker: "w1") { 100.times { KEEP << ("u" * 1000) } }
+      Heapscope.with_labels(endpoint: "posts", worker: "w1") { $posts = Array.new(300) { "p" * 1000 } }
+      Heapscope.with_labels(endpoint: "users", worker: "w2") { 50.times { KEEP << ("v" * 1000) } }
+      sleep 0.02
+    end
+  RUBY
+
+  # The timeline with label filters: each series gets the live bytes of the samples carrying them, per
+  # snapshot, equal to what the top table's selection holds and with the error --by label:KEY prints
+  # for that row (computed here by Report::Sites from the whole profile); read back from the cache alike.
+  def labelled_folder
+    File.write(File.join(@dir, "labelled.rb"), LABELLED)
+    folder = File.join(@dir, "prof")
+    _, err, status = Open3.capture3({ "RUBYOPT" => nil, "HEAPSCOPE_DIR" => nil }, RbConfig.ruby, EXE, "run",
+                                    "--dir", folder, "--interval", "0.2", "--sampling", "always", "--sample-every", "20",
+                                    "--", RbConfig.ruby, "labelled.rb", "1.5", chdir: @dir)
+    assert status.success?, err
+    folder
+  end
+
+  def test_timeline_follows_a_label_filter
+    folder = labelled_folder
+    server = serve(folders: [folder])
+    whole = get_json(server, "/api/timeline")["series"].first
+    assert_nil whole["selected"]
+    series = get_json(server, "/api/timeline?label=endpoint%3Dusers")["series"].first
+    assert_equal whole["snapshots"], series["snapshots"]
+    sel = series["selected"]
+    assert_equal "endpoint=users", sel["filter"]
+    assert_operator sel["values"].size, :>=, 4
+    assert_operator sel["values"].last, :>, 2 * sel["values"].first, sel["values"].inspect
+    assert sel["rest"].all?(&:zero?)
+    series["snapshots"].each_with_index do |snap, i|
+      top = get_json(server, "/api/top?snap=#{snap["id"]}&label=endpoint%3Dusers")
+      assert_equal top["selected_total"], sel["values"][i], "snapshot #{i}"
+      prof = Heapscope::Pprof.decode(File.binread(File.join(folder, snap["file"])))
+      ti = prof.sample_type_names.index("inuse_space")
+      row = Heapscope::Report::Sites.aggregate(prof, "label:endpoint")["users"]
+      assert_equal row.flat[ti], sel["values"][i]
+      want = Heapscope::Report::Sampling.new(prof).absolute_error(row.flat, ti)
+      assert_in_delta want, sel["errors"][i], 0.1 + 1e-9 * want, "snapshot #{i}"
+      assert_operator sel["values"][i], :<=, snap["total"]
+    end
+    # Two filters: the samples carrying both (w2 is a third of users' bytes).
+    both = get_json(server, "/api/timeline?label=endpoint%3Dusers&label=worker%3Dw2")["series"].first["selected"]
+    assert_equal "endpoint=users and worker=w2", both["filter"]
+    assert both["values"].zip(sel["values"]).all? { |b, u| b <= u }
+    assert_operator both["values"].last, :>, 0
+    posts = get_json(server, "/api/timeline?label=endpoint%3Dposts")["series"].first["selected"]
+    assert_operator posts["values"].max, :<, sel["values"].last
+    assert_equal [0] * sel["values"].size, get_json(server, "/api/timeline?label=endpoint%3Dnone")["series"].first["selected"]["values"]
+    assert_equal "400", get(server, "/api/timeline?label=endpoint").code
+    # A second server reads the label sets back from the cache.
+    assert_equal series, get_json(serve(folders: [folder]), "/api/timeline?label=endpoint%3Dusers")["series"].first
+  end
+
+  # The page: a label filter chosen (as its select does) draws the filtered samples' line and band on
+  # the timeline, with a legend entry; clearing it takes them away.
+  def test_page_draws_a_label_filter
+    path = BrowserHelper.chromium
+    flunk "chromium is required: apt-get install chromium" unless path
+    server = serve(folders: [labelled_folder])
+    start_browser(path)
+    @cdp.call("Page.navigate", { url: server.url }, session: @session)
+    @cdp.wait_event("Page.loadEventFired")
+    selected = "Array.from(document.querySelectorAll('svg.hs-timeline [data-kind=\"selected\"]'))" \
+               ".map(e => e.tagName + ' ' + e.getAttribute('data-site')).join('|')"
+    deadline = now + 20
+    sleep 0.1 until eval_js("document.querySelectorAll('svg.hs-timeline path.line').length") > 0 || now > deadline
+    assert_equal "", eval_js(selected)
+    eval_js("window.hsUI.filter('endpoint', 'users')")
+    deadline = now + 20
+    sleep 0.1 until !eval_js(selected).empty? || now > deadline
+    assert_equal "polygon with endpoint=users|path with endpoint=users", eval_js(selected)
+    assert_includes eval_js("document.querySelector('.hs-legend').innerText"), "with endpoint=users"
+    eval_js("window.hsUI.filter('endpoint', '')")
+    deadline = now + 20
+    sleep 0.1 until eval_js(selected).empty? || now > deadline
+    assert_equal "", eval_js(selected)
+    assert_no_console_errors
+  end
+
   def test_token_by_header_or_query
     server = serve(token: "s3cret-token-123")
     assert_equal "401", get(server, "/api/timeline").code

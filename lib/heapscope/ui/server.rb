@@ -25,7 +25,8 @@ module Heapscope
     #   GET /api/retainers?snap=ID&site=FILE:LINE   who holds the site, asked of a live snapshot's process
     #
     # /api/top, /api/diff, /flame and /diff take label=KEY=VALUE, repeatable: only the samples with
-    # every label given (Report::Labels, as --label). The timeline is of whole profiles.
+    # every label given (Report::Labels, as --label). /api/timeline with labels adds each series' live
+    # bytes carrying them ("selected", from the summaries' label sets) beside the whole heap's.
     #
     # Snapshots are named by the ids /api/timeline gives, never by a path (Sources). An unknown
     # path is 404, an unknown or missing parameter 400, an unknown snapshot 404, a profile that cannot be
@@ -55,7 +56,7 @@ module Heapscope
       def initialize(sources, refresh:)
         @sources = sources
         @refresh = refresh
-        @timelines = {} # series name => [version, json]: rebuilt only when the series changed
+        @timelines = {} # [series name, filters] => [version, json, built at]: rebuilt only when the series changed
         @lock = Mutex.new
       end
 
@@ -102,7 +103,8 @@ module Heapscope
         html(Page.render)
       end
 
-      def timeline(_)
+      def timeline(query)
+        filters = query["label"]
         # While profiles are being read, wait a moment for the rest: the page then gets the whole
         # timeline as soon as it is ready rather than at its next poll.
         deadline = clock + WAIT_SECONDS
@@ -112,14 +114,16 @@ module Heapscope
         pending = @sources.pending
         series = @sources.series.map do |s|
           @lock.synchronize do
-            cached = @timelines[s.name]
+            cached = @timelines[[s.name, filters.map(&:to_s)]]
             # A partial timeline is rebuilt at most once a second: each summary changes the series, and
             # rebuilding at every poll would take the time the summaries need.
             fresh = cached && (cached[0] == s.version || (pending.positive? && clock - cached[2] < 1))
             next cached[1] if fresh
 
-            built = Timeline.build(s, @sources.table)
-            @timelines[s.name] = [s.version, built, clock]
+            built = Timeline.build(s, @sources.table, filters)
+            # One filtered timeline kept besides the whole one: the page asks for the filter it shows.
+            @timelines.delete_if { |(name, f), _| name == s.name && !f.empty? } unless filters.empty?
+            @timelines[[s.name, filters.map(&:to_s)]] = [s.version, built, clock]
             built
           end
         end

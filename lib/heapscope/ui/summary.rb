@@ -50,14 +50,33 @@ module Heapscope
     # as floor / 2 ± floor / √12 (uniform on [0, floor]): small against the sites drawn, and wide enough
     # that a leak's trend through such points is not overstated. top holds the TOP largest ids: the
     # sites the chart may draw are the union of the snapshots' top lists.
+    #
+    # label_sets: the live bytes of each set of user labels (Heapscope.with_labels) the samples carry,
+    # [[[key, value]...] sorted, value, 1σ error], the LABEL_SETS largest; label_rest: the bytes of the
+    # sets left out. A label filter on the timeline (Timeline.build) sums the sets that carry it.
     Summary = Struct.new(:time, :total, :total_error, :unit, :every, :memory, :ids, :values, :errors, :top, :floor,
-                         keyword_init: true) do
+                         :label_sets, :label_rest, keyword_init: true) do
       # [value, 1σ error] of site id in this snapshot.
       def at(id)
         i = ids.bsearch_index { |x| x >= id }
         return [values[i], errors[i]] if i && ids[i] == id
 
         floor.to_i.positive? ? [floor / 2.0, floor / Math.sqrt(12)] : [0, 0.0]
+      end
+
+      # [value, 1σ error, rest] of the samples carrying every label of filters (Report::Labels::Filter):
+      # the label sets that match, their errors in quadrature (as the sites' in total_error); rest is
+      # label_rest, the most the sets left out of this summary could add.
+      def labelled(filters)
+        value = 0
+        variance = 0.0
+        (label_sets || []).each do |pairs, v, e|
+          next unless filters.all? { |f| pairs.include?([f.key, f.value]) }
+
+          value += v
+          variance += e.to_f**2
+        end
+        [value, Math.sqrt(variance), label_rest.to_i]
       end
     end
 
@@ -67,6 +86,8 @@ module Heapscope
       TOP = 20
       # Sites per snapshot whose values are kept (see Summary).
       KEPT = 300
+      # Label sets per snapshot whose values are kept (see Summary).
+      LABEL_SETS = 200
 
       module_function
 
@@ -87,6 +108,7 @@ module Heapscope
         top = rows.first(TOP).map(&:first)
         rows = rows.first(KEPT).sort_by!(&:first)
         sampling = Report::Sampling.new(prof)
+        sets = label_sets(prof, ti, sampling)
         Summary.new(
           time: prof.time_nanos.to_i.positive? ? prof.time_nanos / 1e9 : fallback_time,
           total: prof.samples.sum { |s| s.values[ti] }, unit: unit,
@@ -94,8 +116,35 @@ module Heapscope
           every: sampling.rate_lowered? ? sampling.current_sample_every : sampling.sample_every,
           memory: Memory.of_profile(prof)&.transform_keys(&:to_s),
           ids: rows.map(&:first), values: rows.map { |r| r[1] }, errors: rows.map(&:last),
-          top: top
+          top: top, label_sets: sets.first(LABEL_SETS), label_rest: sets.drop(LABEL_SETS).sum { |r| r[1] }
         )
+      end
+
+      # [[pairs, value, 1σ error]...] of the samples carrying user labels, grouped by their whole set of
+      # user labels (sorted [key, value] pairs), largest first. Values and variance columns add up per
+      # set as Report::Sites adds them per site, so each set's error is the one `--label` would print.
+      def label_sets(prof, ti, sampling)
+        var = Report::Sampling.variance_labels(prof)
+        reserved = {} # key -> reserved?, so each distinct key meets the regexp once
+        sets = {}
+        Report::Sites.each_counted(prof.samples) do |s, times|
+          next if s.values[ti].zero?
+
+          pairs = s.labels.select do |k, v|
+            v.is_a?(String) && !reserved.fetch(k) { reserved[k] = k.match?(Report::Labels::RESERVED) }
+          end
+          next if pairs.empty?
+
+          values = var ? Report::Sampling.with_variances(s, var) : s.values.dup
+          values.map! { |v| v * times } unless times == 1
+          if (acc = sets[pairs.sort])
+            values.each_with_index { |v, i| acc[i] += v }
+          else
+            sets[pairs.sort] = values
+          end
+        end
+        rows = sets.map { |pairs, values| [pairs, values[ti], (sampling.absolute_error(values, ti) || 0.0).to_f] }
+        rows.sort_by! { |r| [-r[1], r[0]] }
       end
     end
   end

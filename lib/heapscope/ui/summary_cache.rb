@@ -21,7 +21,7 @@ module Heapscope
     # written atomically and read only if regular and at most MAX_FILE bytes. A failure to read or
     # write the cache only costs the decode.
     class SummaryCache
-      FORMAT = 2
+      FORMAT = 3 # 3: label sets
       VARIABLE = "HEAPSCOPE_UI_CACHE"
       # A summary keeps at most 300 sites (Summary): far below this.
       MAX_FILE = 16 * 1024 * 1024
@@ -62,9 +62,13 @@ module Heapscope
         return nil unless ids.size == values.size && ids.size == errors.size
 
         rows = ids.zip(values, errors).sort_by!(&:first)
+        sets = label_sets(data["label_sets"])
+        return nil unless sets
+
         Summary.new(time: data["time"], total: data["total"], total_error: data["total_error"], unit: data["unit"],
                     every: data["every"], memory: data["memory"], ids: rows.map(&:first), values: rows.map { |r| r[1] },
-                    errors: rows.map(&:last), top: data["top"].map { |i| ids[i] }, floor: data["floor"])
+                    errors: rows.map(&:last), top: data["top"].map { |i| ids[i] }, floor: data["floor"],
+                    label_sets: sets, label_rest: data["label_rest"].to_i)
       rescue SystemCallError, IOError, JSON::ParserError, ArgumentError, TypeError, NoMethodError, UnsafeDirectoryError, LoadError
         nil
       end
@@ -80,6 +84,7 @@ module Heapscope
           "sites" => summary.ids.map { |id| site = table[id]; [table.key(id), site.name, site.function, site.file, site.line] },
           "values" => [summary.values.pack("q<*")].pack("m0"), "errors" => [summary.errors.pack("E*")].pack("m0"),
           "top" => summary.top.map { |id| at[id] },
+          "label_sets" => summary.label_sets || [], "label_rest" => summary.label_rest.to_i,
         }
         @out.write(name_for(path, stamp), JSON.generate(data))
       rescue StandardError, LoadError # LoadError: a build without the extension (AtomicWrite needs it)
@@ -87,6 +92,18 @@ module Heapscope
       end
 
       private
+
+      # The label sets of a cache file, checked entry by entry (a cache file is input); nil when any
+      # entry is not [[[key, value]...], Integer, Numeric].
+      def label_sets(list)
+        return nil unless list.is_a?(Array)
+
+        ok = list.all? do |pairs, value, error|
+          pairs.is_a?(Array) && pairs.all? { |p| p.is_a?(Array) && p.size == 2 && p.all?(String) } &&
+            value.is_a?(Integer) && error.is_a?(Numeric)
+        end
+        ok ? list : nil
+      end
 
       def name_for(path, stamp)
         real = File.realpath(path)

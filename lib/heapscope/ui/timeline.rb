@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "time"
+require "heapscope/report/labels"
 require "heapscope/report/leaks"
 
 module Heapscope
@@ -21,8 +22,10 @@ module Heapscope
 
       module_function
 
-      # series: a Sources::Series; table: the SiteTable its summaries number sites by.
-      def build(series, table)
+      # series: a Sources::Series; table: the SiteTable its summaries number sites by; filters: label
+      # filters (Report::Labels::Filter): with some, "selected" is the live bytes of the samples carrying
+      # them all, per snapshot (Summary#labelled), drawn beside the whole heap's total.
+      def build(series, table, filters = [])
         snaps = series.snapshots.select(&:summary).sort_by { |s| [s.summary.time, s.id.to_i] }
         out = {
           "name" => series.name, "kind" => series.kind, "last_error" => series.last_error,
@@ -33,6 +36,7 @@ module Heapscope
 
         sums = snaps.map(&:summary)
         out["unit"] = sums.last.unit
+        out["selected"] = selected(sums, filters) unless filters.empty?
         leaks = snaps.size >= 2 && sums.map(&:time).uniq.size >= 2 ? leak_rows(sums, table) : []
         out["leaks"] = leaks.first(LEAKS_SHOWN)
         leak_ids = leaks.select { |r| r["verdict"] == Report::Verdict::LEAK }.first(DRAWN_LEAKS).map { |r| r["id"] }
@@ -50,6 +54,16 @@ module Heapscope
           "id" => snap.id, "time" => sum.time, "iso" => Time.at(sum.time).utc.iso8601(3),
           "file" => snap.path && File.basename(snap.path), "total" => sum.total, "total_error" => sum.total_error.round(1),
           "memory" => sum.memory, "whole" => !snap.path.nil? || !snap.profile.nil?,
+        }
+      end
+
+      # The filtered series: values and 1σ errors per snapshot, and per snapshot the most the label sets
+      # a summary left out could add ("rest", 0 when it kept them all: the value is then complete).
+      def selected(sums, filters)
+        points = sums.map { |sum| sum.labelled(filters) }
+        {
+          "filter" => Report::Labels.filter_text(filters), "values" => points.map(&:first),
+          "errors" => points.map { |p| p[1].round(1) }, "rest" => points.map(&:last),
         }
       end
 

@@ -5,6 +5,7 @@
 (function () {
   "use strict";
   var SVG = "http://www.w3.org/2000/svg";
+  var SELECTED = "#e6007e"; // the samples carrying the label filters, over time
   var COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
                 "#17becf", "#ff7f0e", "#393b79", "#637939", "#843c39"];
   // The chart leaves room for the leak table beside it on a wide window.
@@ -57,16 +58,17 @@
 
   // Asks for the timeline every second while profiles are being read, then every refresh period (live
   // sources, and new files in a folder an application still writes to); redraws only what changed.
-  var lastText = null;
+  var lastText = null, timer = null;
   function load() {
-    fetch(api("/api/timeline")).then(function (r) {
+    clearTimeout(timer);
+    fetch(api("/api/timeline", {}, true)).then(function (r) {
       if (!r.ok) throw new Error("timeline: " + r.status);
       return r.text();
     }).then(function (text) {
       var d = JSON.parse(text);
       if (text !== lastText) { data = d; render(d); lastText = text; }
-      setTimeout(load, d.pending > 0 ? 1000 : d.refresh * 1000);
-    }).catch(function (e) { status(String(e), true); setTimeout(load, 5000); });
+      timer = setTimeout(load, d.pending > 0 ? 1000 : d.refresh * 1000);
+    }).catch(function (e) { status(String(e), true); timer = setTimeout(load, 5000); });
   }
 
   function render(d) {
@@ -150,6 +152,7 @@
     axes(root, sc, H, s.unit);
     trace(root, snaps, sc, snaps.map(function (p) { return p.total; }), snaps.map(function (p) { return p.total_error; }),
           "#000", "total", "total");
+    if (s.selected) trace(root, snaps, sc, s.selected.values, s.selected.errors, SELECTED, "with " + s.selected.filter, "selected");
     s.sites.forEach(function (site, i) { trace(root, snaps, sc, site.values, site.errors, COLORS[i % COLORS.length], site.name, "site"); });
     // Wide invisible columns make a point easy to click; the dot shows where it is.
     var step = snaps.length > 1 ? (W - PAD.l - PAD.r) / (snaps.length - 1) : 20;
@@ -172,6 +175,14 @@
     var total = el("span", {}, "total");
     total.insertBefore(el("i", { style: "background:#000" }), total.firstChild);
     box.appendChild(total);
+    if (s.selected) {
+      // rest: what the label sets a summary left out could add (summaries keep the largest 200).
+      var rest = Math.max.apply(null, s.selected.rest);
+      var sel = el("span", { "data-kind": "selected" }, "with " + s.selected.filter +
+                   (rest > 0 ? " (at most " + value(rest, s.unit) + " more in smaller label sets)" : ""));
+      sel.insertBefore(el("i", { style: "background:" + SELECTED }), sel.firstChild);
+      box.appendChild(sel);
+    }
     s.sites.forEach(function (site, i) {
       var item = el("span", { title: site.name }, site.name.length > 60 ? "..." + site.name.slice(-57) : site.name);
       item.insertBefore(el("i", { style: "background:" + COLORS[i % COLORS.length] }), item.firstChild);
@@ -281,6 +292,7 @@
   function setFilter(key, v) {
     if (v) filters[key] = v; else delete filters[key];
     if (picks.length) pick(picks[picks.length - 1], true);
+    load(); // the timeline draws the filtered samples' live bytes too
   }
 
   // One select per user label of the snapshot (GET /api/labels).
@@ -289,7 +301,7 @@
     fetch(api("/api/labels", { snap: id })).then(function (r) { return r.ok ? r.json() : { labels: [] }; }).then(function (d) {
       box.textContent = "";
       if (!d.labels.length) return;
-      box.appendChild(document.createTextNode("Only samples with: "));
+      box.appendChild(document.createTextNode("Only samples with (table, diff, flame graphs; drawn on the timeline too): "));
       d.labels.forEach(function (l) {
         var sel = el("select", { "data-key": l.key });
         sel.appendChild(el("option", { value: "" }, l.key + ": any"));
