@@ -316,6 +316,8 @@ class TestUI < Minitest::Test
     assert_operator posts["values"].max, :<, sel["values"].last
     assert_equal [0] * sel["values"].size, get_json(server, "/api/timeline?label=endpoint%3Dnone")["series"].first["selected"]["values"]
     assert_equal "400", get(server, "/api/timeline?label=endpoint").code
+    own = get(server, "/api/timeline?label=class%3DString")
+    assert_equal ["400", true], [own.code, own.body.include?("class is heapscope's own")]
     # A second server reads the label sets back from the cache.
     assert_equal series, get_json(serve(folders: [folder]), "/api/timeline?label=endpoint%3Dusers")["series"].first
   end

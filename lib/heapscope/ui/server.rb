@@ -105,6 +105,10 @@ module Heapscope
 
       def timeline(query)
         filters = query["label"]
+        if (own = filters.find { |f| f.key.match?(Report::Labels::RESERVED) })
+          raise BadRequest.new(400, "the timeline follows user labels (Heapscope.with_labels); #{own.key} is heapscope's own " \
+                                    "(the top table and diff take label=#{own.key}=VALUE)")
+        end
         # While profiles are being read, wait a moment for the rest: the page then gets the whole
         # timeline as soon as it is ready rather than at its next poll.
         deadline = clock + WAIT_SECONDS
