@@ -64,15 +64,23 @@ static bool runs_code(VALUE obj) {
          RTEST(rb_obj_is_kind_of(obj, rb_cThread));
 }
 
-// Asks edge_names for every edge the chain needs: between two ordinary objects, and from a module
-// over the VM-internal table that holds its variables (Ruby 4.0) to the value, which the module names.
+// Whether child, VM-internal, may be where the ordinary parent keeps its variables: Ruby 4.0 keeps a
+// module's, and those of objects that are not T_OBJECT (a String's, a Data's), in an object of the VM's
+// own (an imemo). The parent still names the value behind it (rb_ivar_foreach reads through), and
+// only a name found that way leaves the internal hop out of a path.
+static bool may_hold_variables(VALUE parent, VALUE child) {
+  return is_module(parent) || RB_BUILTIN_TYPE(child) == RUBY_T_IMEMO;
+}
+
+// Asks edge_names for every edge the chain needs: between two ordinary objects, and from an ordinary
+// object over the VM-internal table that holds its variables (may_hold_variables) to the value.
 static bool want_edges(edge_names *names, const walk *w, const uint32_t *chain, int len, bool cut) {
   for (int k = cut ? 2 : 1; k < len; k++) {
     VALUE parent = OBJ(w, chain[k - 1]), child = OBJ(w, chain[k]);
     if (retainers_is_internal(parent)) continue;
     if (!retainers_is_internal(child)) {
       if (!edge_names_want(names, parent, child)) return false;
-    } else if (is_module(parent) && k + 1 < len && !retainers_is_internal(OBJ(w, chain[k + 1]))) {
+    } else if (may_hold_variables(parent, child) && k + 1 < len && !retainers_is_internal(OBJ(w, chain[k + 1]))) {
       if (!edge_names_want(names, parent, OBJ(w, chain[k + 1]))) return false;
     }
   }
@@ -89,8 +97,8 @@ static void push_hop(VALUE objects, VALUE kinds, VALUE edges, VALUE obj, VALUE e
 // [category, objects, kinds, edges] for a chain: objects holds each hop's object, or nil for a
 // VM-internal one (kinds names it: such objects must never reach Ruby code); kinds holds nil for
 // ordinary objects; edges[k] is what hop k - 1 holds hop k by (edge_names_get's description,
-// [:captured], or nil). A module's VM-internal variable table is left out where the module names the
-// value itself.
+// [:captured], or nil). A VM-internal table of variables (may_hold_variables) is left out where its
+// owner names the value itself.
 static VALUE path_of(const walk *w, const edge_names *names, const uint32_t *chain, int len, bool cut) {
   VALUE objects = rb_ary_new_capa(len + 1), kinds = rb_ary_new_capa(len + 1), edges = rb_ary_new_capa(len + 1);
   push_hop(objects, kinds, edges, OBJ(w, chain[0]), Qnil);
@@ -107,7 +115,7 @@ static VALUE path_of(const walk *w, const edge_names *names, const uint32_t *cha
       edge = Qnil;
     } else if (!retainers_is_internal(child)) {
       edge = edge_names_get(names, parent, child);
-    } else if (is_module(parent) && k + 1 < len && !retainers_is_internal(OBJ(w, chain[k + 1])) &&
+    } else if (may_hold_variables(parent, child) && k + 1 < len && !retainers_is_internal(OBJ(w, chain[k + 1])) &&
                !NIL_P(edge = edge_names_get(names, parent, OBJ(w, chain[k + 1])))) {
       k++;
       push_hop(objects, kinds, edges, OBJ(w, chain[k]), edge);

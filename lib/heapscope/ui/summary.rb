@@ -65,8 +65,10 @@ module Heapscope
       end
 
       # [value, 1σ error, rest] of the samples carrying every label of filters (Report::Labels::Filter):
-      # the label sets that match, their errors in quadrature (as the sites' in total_error); rest is
-      # label_rest, the most the sets left out of this summary could add.
+      # the label sets that match, their errors in quadrature, as the sites' in total_error (exact where
+      # samples are drawn one by one, sampling: :always; windowed, sets that share windows are
+      # correlated and the sum may read narrow); rest is label_rest, the most the sets left out of this
+      # summary could add.
       def labelled(filters)
         value = 0
         variance = 0.0
