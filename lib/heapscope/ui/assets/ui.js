@@ -58,17 +58,25 @@
 
   // Asks for the timeline every second while profiles are being read, then every refresh period (live
   // sources, and new files in a folder an application still writes to); redraws only what changed.
-  var lastText = null, timer = null;
+  // A filter changed asks at once (setFilter): an answer to an older request is then dropped, so it
+  // neither draws the old filter over the new one nor keeps a second polling loop going.
+  var lastText = null, timer = null, asked = 0;
   function load() {
     clearTimeout(timer);
+    var mine = ++asked;
     fetch(api("/api/timeline", {}, true)).then(function (r) {
       if (!r.ok) throw new Error("timeline: " + r.status);
       return r.text();
     }).then(function (text) {
+      if (mine !== asked) return;
       var d = JSON.parse(text);
       if (text !== lastText) { data = d; render(d); lastText = text; }
       timer = setTimeout(load, d.pending > 0 ? 1000 : d.refresh * 1000);
-    }).catch(function (e) { status(String(e), true); timer = setTimeout(load, 5000); });
+    }).catch(function (e) {
+      if (mine !== asked) return;
+      status(String(e), true);
+      timer = setTimeout(load, 5000);
+    });
   }
 
   function render(d) {
