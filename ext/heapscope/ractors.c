@@ -11,6 +11,8 @@
 #include "ractors.h"
 
 #include <stdio.h>
+#include <stdint.h>
+#include <time.h>
 #include <ruby/debug.h>
 #include <ruby/ractor.h>
 
@@ -61,6 +63,39 @@ long ractors_count(void) {
   return FIXNUM_P(count) ? FIX2LONG(count) : 1;
 }
 
+// Whether ractors_multi_mode answers on this Ruby (not on 3.3, nor where 3.1/3.2 hide the symbol).
+static bool multi_mode_known(void) {
+#if defined(HAVE_RB_GC_MULTI_RACTOR_P)
+  return true;
+#elif defined(RACTORS_VM_CRASH)
+  return single_main_ractor != NULL;
+#else
+  return false;
+#endif
+}
+
+// Monotonic nanoseconds, for the gap between two counts.
+static uint64_t now_nanos(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+// Asked at every sync job, the count allocated an object each millisecond or so: under GC.stress a full
+// GC each, which took longer than the next job's wait, so the application got no time between them (a
+// test hung for 20 minutes on Ruby 3.4). Only an answer of "none" stands for the gap (measured from the
+// end of that count, so the application always runs in between, whatever a count costs); a run's start
+// asks afresh (ractors_guard_start): a stale answer from before a restart switched the new run off.
+static uint64_t none_until; // monotonic nanoseconds: the last count found no other Ractor, this recently
+
+bool ractors_others_alive(void) {
+  if (multi_mode_known() && !ractors_multi_mode()) return false;
+  if (now_nanos() < none_until) return false;
+  if (ractors_count() > 1) return true;
+  none_until = now_nanos() + RACTORS_COUNT_GAP_NANOS;
+  return false;
+}
+
 bool ractors_gc_may_start_one(void) {
   return !ractors_multi_mode() && rb_gc_latest_gc_info(sym_gc_by) == sym_capi;
 }
@@ -104,6 +139,7 @@ bool ractors_guard(void) {
 }
 
 void ractors_guard_start(void) {
+  none_until = 0;
   guard.seen = false;
   guard.multi_at_start = ractors_multi_mode();
 }

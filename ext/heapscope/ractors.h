@@ -47,8 +47,16 @@ bool ractors_in_main(void);
 bool ractors_multi_mode(void);
 
 // How many Ractors are alive (Ractor.count, asked of the method as Ruby defined it, not of a
-// redefinition). Main Ractor, outside the GC and hooks. Never raises.
+// redefinition). Main Ractor, outside the GC and hooks. Never raises. Allocates (the Method call
+// does): under GC.stress each call is a full GC, so frequent callers use ractors_others_alive.
 long ractors_count(void);
+
+// Whether another Ractor may be alive now, for callers that ask often (the windows' sync jobs, every ms
+// or so): false without asking where the VM says it never left single-Ractor mode (3.1/3.2 where the
+// symbol is exported, 3.4+); else ractors_count, whose answer "none" stands for RACTORS_COUNT_GAP_NANOS
+// (until then, or the next ractors_guard_start). Main Ractor, outside the GC and hooks. Never raises.
+#define RACTORS_COUNT_GAP_NANOS 100000000ull // 100 ms
+bool ractors_others_alive(void);
 
 // Inside the GC: whether this GC may be the one Ruby runs on the creating thread just before a new
 // Ractor's thread starts (3.1, 3.3: a GC by the C API while the process is still single-Ractor; 3.4's

@@ -137,8 +137,9 @@ static void sync_job(void *unused) {
   (void)unused;
   if (!may_act() || !ractors_guard()) return;
   // The ticker's jobs are where a Ractor started behind Ractor.new's back (a captured Method) shows
-  // while it runs: Ractor.count, about 0.2 us, at most every ms or so.
-  if (ractors_count() > 1) {
+  // while it runs: without a call where the VM says it stayed single-Ractor, else Ractor.count at most
+  // every 100 ms (ractors_others_alive says why).
+  if (ractors_others_alive()) {
     win.ractor_alive();
     return;
   }
