@@ -373,8 +373,9 @@ class TestStressMatrix < Minitest::Test
       # Then another tool's allocation hook, under GC.stress: GCs it triggers run without our hooks
       # (docs/architecture.md, known limits); they must be counted, and nothing may break.
       # Bounded by time as well as by count: every allocation here is a full GC of a heap holding all
-      # the Kept objects, and a Ruby 3.4 run under bundler took 188 s for the 300 rounds (about 30 GCs
-      # a round, once in three runs), which timed the cell out in CI. 20 rounds meet plenty of them.
+      # the Kept objects. A Ruby 3.4 run took 188 s for the 300 rounds (about 30 GCs a round, once in
+      # three runs), which timed the cell out in CI: each sync job's Ractor.count allocated, so under
+      # GC.stress each job was a GC of its own (fixed: ractors_others_alive). 20 rounds are plenty.
       ObjectSpace.trace_object_allocations_start
       rounds = 0
       stop_at = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 15 * SCALE
