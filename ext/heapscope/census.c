@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "names.h"
 #include "population.h"
 
@@ -29,12 +29,6 @@ typedef struct {
   size_t capacity, used; // capacity: a power of two
   bool failed;
 } walk;
-
-static uint64_t now_nanos(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static size_t slot_of(VALUE klass, size_t capacity) {
   uint64_t h = (uint64_t)klass * 0x9e3779b97f4a7c15ull;
@@ -107,7 +101,7 @@ static int by_class_id(const void *a, const void *b) {
 
 bool census_take(census *c, strtab *strings, uint32_t fixed_size) {
   memset(c, 0, sizeof *c);
-  uint64_t started = now_nanos();
+  uint64_t started = clock_monotonic_nanos();
   walk w = {.c = c, .strings = strings, .fixed_size = fixed_size};
   // The walk first finishes a GC in progress (lazy sweeping too), so dead objects are not counted.
   rb_objspace_each_objects(count_page, &w);
@@ -139,7 +133,7 @@ bool census_take(census *c, strtab *strings, uint32_t fixed_size) {
     }
   }
   c->class_count = merged;
-  c->nanos = now_nanos() - started;
+  c->nanos = clock_monotonic_nanos() - started;
   return true;
 }
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "clock.h"
 #include "census.h"
 #include "pprof.h"
 
@@ -24,12 +25,6 @@ static profile_timings last;
 static uint64_t wall_nanos(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t monotonic_nanos(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
@@ -124,7 +119,7 @@ static char *append_comments(char *text, const char *extra, size_t extra_len) {
 
 void profile_take(profile_job *job, bool allocs, uint32_t min_age, bool with_census, char *extra, size_t extra_len) {
   *job = (profile_job){.extra = extra, .extra_len = extra_len, .min_age = min_age};
-  job->gvl_started = monotonic_nanos();
+  job->gvl_started = clock_monotonic_nanos();
   // Names need Ruby strings, so they are read here, before the snapshot (which allocates none).
   if (!names_resolve(capture_names(), recorder_strings(capture_recorder()))) {
     profile_discard(job);
@@ -192,10 +187,10 @@ VALUE profile_finish(profile_job *job) {
     job->census_text = NULL;
   }
   profile_discard(job);
-  uint64_t encode_started = monotonic_nanos();
+  uint64_t encode_started = clock_monotonic_nanos();
   last.gvl_nanos = encode_started - job->gvl_started;
   rb_thread_call_without_gvl(encode_without_gvl, &encode, NULL, NULL);
-  last.encode_nanos = monotonic_nanos() - encode_started;
+  last.encode_nanos = clock_monotonic_nanos() - encode_started;
   if (!encode.ok) {
     pb_free(&encode.gzipped);
     rb_raise(rb_eNoMemError, "heapscope: not enough memory to encode the profile");

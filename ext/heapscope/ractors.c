@@ -11,10 +11,10 @@
 #include "ractors.h"
 
 #include <stdio.h>
-#include <stdint.h>
-#include <time.h>
 #include <ruby/debug.h>
 #include <ruby/ractor.h>
+
+#include "clock.h"
 
 #ifdef RACTORS_VM_CRASH
 #include <dlfcn.h>
@@ -74,13 +74,6 @@ static bool multi_mode_known(void) {
 #endif
 }
 
-// Monotonic nanoseconds, for the gap between two counts.
-static uint64_t now_nanos(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 // Asked at every sync job, the count allocated an object each millisecond or so: under GC.stress a full
 // GC each, which took longer than the next job's wait, so the application got no time between them (a
 // test hung for 20 minutes on Ruby 3.4). Only an answer of "none" stands for the gap (measured from the
@@ -90,9 +83,9 @@ static uint64_t none_until; // monotonic nanoseconds: the last count found no ot
 
 bool ractors_others_alive(void) {
   if (multi_mode_known() && !ractors_multi_mode()) return false;
-  if (now_nanos() < none_until) return false;
+  if (clock_monotonic_nanos() < none_until) return false;
   if (ractors_count() > 1) return true;
-  none_until = now_nanos() + RACTORS_COUNT_GAP_NANOS;
+  none_until = clock_monotonic_nanos() + RACTORS_COUNT_GAP_NANOS;
   return false;
 }
 

@@ -4,9 +4,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "capture.h"
+#include "clock.h"
 #include "edge_names.h"
 #include "names.h"
 #include "recorder.h"
@@ -172,11 +172,7 @@ static void on_child(VALUE obj, void *data) {
   add_node(w, obj, w->current_parent, NOT_A_ROOT);
 }
 
-static double seconds_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
+static double seconds_now(void) { return (double)clock_monotonic_nanos() / 1e9; }
 
 // An Array expanded by hand, a chunk at a time, so one huge Array does not hold the GVL for all its
 // elements at once. Not one with generic instance variables (the GC's walk finds those). What the walk

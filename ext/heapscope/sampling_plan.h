@@ -40,6 +40,7 @@
 #include <time.h>
 
 #include "budget.h"
+#include "clock.h"
 #include "sampler.h"
 #include "schedule.h"
 
@@ -119,11 +120,7 @@ void plan_reseed(sampling_plan *p, uint64_t mix);
 // ---- Time ----
 
 // Monotonic nanoseconds: the clock own time and virtual time are measured on. Any thread.
-static inline uint64_t plan_monotonic_nanos(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+static inline uint64_t plan_monotonic_nanos(void) { return clock_monotonic_nanos(); }
 
 // Virtual nanoseconds at monotonic time now. Any thread (atomic).
 uint64_t plan_virtual_now(const sampling_plan *p, uint64_t now);

@@ -8,6 +8,8 @@
 #include <sys/prctl.h>
 #endif
 
+#include "clock.h"
+
 static struct {
   bool running;
   bool stopping;     // guarded by wake_lock
@@ -18,17 +20,11 @@ static struct {
   ticker_stats stats;
 } t = {.wake_lock = PTHREAD_MUTEX_INITIALIZER};
 
-static uint64_t monotonic_nanos(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 // Sleeps until monotonic time `until` or a stop. Returns false when stopping.
 static bool sleep_until(uint64_t until) {
   struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u), .tv_nsec = (long)(until % 1000000000u)};
   pthread_mutex_lock(&t.wake_lock);
-  while (!t.stopping && monotonic_nanos() < until) {
+  while (!t.stopping && clock_monotonic_nanos() < until) {
     if (pthread_cond_timedwait(&t.wake, &t.wake_lock, &ts) == ETIMEDOUT) break;
   }
   bool go_on = !t.stopping;
@@ -54,7 +50,7 @@ static void *run(void *unused) {
     uint64_t next_event = schedule_next_event(c->schedule);
     pthread_mutex_unlock(c->lock);
 
-    uint64_t now = monotonic_nanos();
+    uint64_t now = clock_monotonic_nanos();
     // Virtual time runs no faster than monotonic time, so this sleep never passes the next event.
     uint64_t wait = next_event == UINT64_MAX ? TICKER_MAX_RETRIGGER_NANOS : next_event - now_virtual;
     if (on != c->applied()) {
@@ -63,7 +59,7 @@ static void *run(void *unused) {
         next_request = now;
       }
       if (now >= next_request) {
-        __atomic_store_n(&t.stats.last_trigger_nanos, monotonic_nanos(), __ATOMIC_RELAXED);
+        __atomic_store_n(&t.stats.last_trigger_nanos, clock_monotonic_nanos(), __ATOMIC_RELAXED);
         c->trigger();
         t.stats.triggers++;
         requested = true;
