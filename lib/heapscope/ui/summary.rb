@@ -137,12 +137,12 @@ module Heapscope
           end
           next if pairs.empty?
 
-          values = var ? Report::Sampling.with_variances(s, var) : s.values.dup
-          values.map! { |v| v * times } unless times == 1
-          if (acc = sets[pairs.sort])
-            values.each_with_index { |v, i| acc[i] += v }
+          values = Report::Sites.times(var ? Report::Sampling.with_variances(s, var) : s.values, times)
+          key = pairs.sort
+          if (acc = sets[key])
+            Report::Sites.add(acc, values)
           else
-            sets[pairs.sort] = values
+            sets[key] = values.dup
           end
         end
         rows = sets.map { |pairs, values| [pairs, values[ti], (sampling.absolute_error(values, ti) || 0.0).to_f] }
