@@ -126,6 +126,8 @@ void capture_settle_records(void) {
   recorder_check_suspects(cap.recorder);
 }
 
+void capture_poll_ruby(void) { windows_poll_gc_stress(); }
+
 void capture_prepare_snapshot(void) {
   if (!cap.running) return;
   // A profile is a sync point too (its moment does not depend on the chain). First: registering may

@@ -110,8 +110,13 @@ void capture_gc_stress_changed(bool on);
 // Outside the GC: counts the GCs that ran without our liveness pass (they make records suspects) and
 // has the recorder check its suspects, so that afterwards every record may be read. Never raises.
 void capture_settle_records(void);
-// Before a snapshot: capture_settle_records, then (windowed) a sync point. Never raises.
+// Before a snapshot: capture_settle_records, then (windowed) a sync point. Never raises, runs no Ruby
+// code and checks no interrupts.
 void capture_prepare_snapshot(void);
+// Asks Ruby what it tells only through a method call (GC.stress on 3.3+, windows.h). Interrupts run
+// inside it (other threads, trap handlers, postponed jobs: any may stop or restart capture), so an API
+// entry calls it first, before it reads whether capture runs. Outside the GC.
+void capture_poll_ruby(void);
 
 // What every weight is multiplied by in a profile (a ratio estimate): the share of time the schedule
 // meant the hook to be on for, over the share of allocations it really was on for (both counted exactly).

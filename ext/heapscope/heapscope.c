@@ -96,6 +96,7 @@ static VALUE native_start(int argc, VALUE *argv, VALUE self) {
   VALUE sample_every = argv[0], max_frames = argv[1], min_age = argv[2], track_sizes = argv[3];
   VALUE max_tracked_objects = argv[4], max_stacks = argv[5], slot_size = argv[6], max_overhead = argv[7];
   VALUE windowed = argv[8], window_share = argv[9], label_threads = argv[10], max_label_sets = argv[11];
+  capture_poll_ruby(); // first: what runs inside it may start capture (capture.h); the start checks none
   settle();
   if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
   long ractors = ractors_count();
@@ -266,6 +267,7 @@ static VALUE native_running_p(VALUE self) {
 // census: true to count the live heap exactly first (census.h), bounding samples and adding its lines.
 static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra_comments, VALUE with_census) {
   (void)self;
+  capture_poll_ruby(); // first: what runs inside it may stop or restart capture (capture.h)
   settle();
   if (!capture_running()) raise_not_running();
   // Checked before the snapshot, so nothing below raises for it; the bytes are copied before any
@@ -281,7 +283,7 @@ static VALUE native_profile(VALUE self, VALUE allocs, VALUE min_age, VALUE extra
   if (extra_len && extra == NULL) rb_raise(rb_eNoMemError, "heapscope: not enough memory for the profile's comments");
   if (extra_len) memcpy(extra, RSTRING_PTR(extra_comments), extra_len);
   profile_job job;
-  profile_take(&job, RTEST(allocs), to_u32(min_age), RTEST(with_census), extra, extra_len);
+  if (!profile_take(&job, RTEST(allocs), to_u32(min_age), RTEST(with_census), extra, extra_len)) raise_not_running();
   // The fail-safe: the snapshot's invariant check (or a hook meanwhile) may have failed capture.
   if (settle_failure()) {
     profile_discard(&job);
@@ -409,6 +411,7 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "last_profile_gvl_ns", pt.gvl_nanos);
   set_u64(h, "last_profile_encode_ns", pt.encode_nanos);
   set_u64(h, "last_census_ns", pt.census_nanos);
+  set_u64(h, "profiles_abandoned", pt.abandoned);
   set_u64(h, "record_bytes", rs.record_bytes);
   set_u64(h, "stack_table_bytes", rs.stack_table_bytes);
   set_u64(h, "recorder_bytes", rs.memory_bytes + capture_memory());

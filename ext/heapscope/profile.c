@@ -117,9 +117,13 @@ static char *append_comments(char *text, const char *extra, size_t extra_len) {
   return grown;
 }
 
-void profile_take(profile_job *job, bool allocs, uint32_t min_age, bool with_census, char *extra, size_t extra_len) {
+bool profile_take(profile_job *job, bool allocs, uint32_t min_age, bool with_census, char *extra, size_t extra_len) {
   *job = (profile_job){.extra = extra, .extra_len = extra_len, .min_age = min_age};
   job->gvl_started = clock_monotonic_nanos();
+  // Nothing below runs Ruby code or checks interrupts (capture_poll_ruby ran before), so no thread, trap
+  // handler or postponed job can stop or restart capture between the steps. Checked all the same: a
+  // step that came to check interrupts would otherwise read a freed recorder.
+  recorder *at_start = capture_recorder();
   // Names need Ruby strings, so they are read here, before the snapshot (which allocates none).
   if (!names_resolve(capture_names(), recorder_strings(capture_recorder()))) {
     profile_discard(job);
@@ -136,6 +140,12 @@ void profile_take(profile_job *job, bool allocs, uint32_t min_age, bool with_cen
     last.census_nanos = have_census ? exact.nanos : 0;
   }
   capture_prepare_snapshot();
+  if (!capture_running() || capture_recorder() != at_start) {
+    last.abandoned++;
+    profile_discard(job);
+    if (have_census) census_free(&exact);
+    return false;
+  }
   recorder_estimate estimate;
   capture_estimate(&estimate);
   job->snapshot = recorder_snapshot(capture_recorder(), capture_names(), capture_labels(), allocs, min_age, &estimate);
@@ -150,6 +160,7 @@ void profile_take(profile_job *job, bool allocs, uint32_t min_age, bool with_cen
     census_free(&exact);
   }
   capture_check_invariants();
+  return true;
 }
 
 void profile_discard(profile_job *job) {

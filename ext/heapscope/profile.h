@@ -38,6 +38,7 @@ typedef struct {
 // without it; how long its census walked the heap (0 without one). For Native._stats.
 typedef struct {
   uint64_t gvl_nanos, encode_nanos, census_nanos;
+  uint64_t abandoned; // profiles given up because capture stopped or restarted while one was taken
 } profile_timings;
 
 // Heapscope.start began a run: profiles' durations count from now.
@@ -45,8 +46,10 @@ void profile_run_started(void);
 
 // Names the frames, takes the census when with_census, the snapshot (allocs: an allocations profile;
 // live objects that survived at least min_age GCs) and checks the recorder's invariants. Takes
-// ownership of extra (NULL when extra_len is 0).
-void profile_take(profile_job *job, bool allocs, uint32_t min_age, bool with_census, char *extra, size_t extra_len);
+// ownership of extra (NULL when extra_len is 0). Runs no Ruby code and checks no interrupts. Returns
+// false, having freed what the job owns, when capture is not the run it began with (then the caller
+// says it is not running); that cannot happen while the note above holds, and is counted.
+bool profile_take(profile_job *job, bool allocs, uint32_t min_age, bool with_census, char *extra, size_t extra_len);
 // Frees what job owns, for a caller that gives it up between the steps.
 void profile_discard(profile_job *job);
 // Writes the comments, encodes and gzips without the GVL: the gzipped pprof String. Frees what job owns.

@@ -44,7 +44,7 @@ static struct {
   bool active;            // between windows_start and windows_stop
   bool gc_hook_on;        // the GC_END_MARK hook is on
   bool gc_stress;         // GC.stress is on (Ruby 3.1: nothing is registered inside the GC then)
-  bool gc_stress_polled;  // GC.stress was on when last asked (windows_sync_outside_gc)
+  bool gc_stress_polled;  // GC.stress was on when last asked (windows_poll_gc_stress)
   bool ticker_lost;       // a forked child: the ticker thread is to be started again
   bool syncing;           // inside sync_point (a GC it starts does not sync again)
   bool ractor_pause;      // Ruby 3.1: hooks off in a GC that may start a Ractor, until resumed
@@ -105,14 +105,18 @@ static void sync_point(void) {
   win.syncing = false;
 }
 
-void windows_sync_outside_gc(void) {
+void windows_poll_gc_stress(void) {
   // GC.stress makes every allocation collect (sync_point keeps windows shut then); Ruby 3.1's
-  // lib/heapscope.rb reports it, later Rubies are asked here, outside the GC.
+  // lib/heapscope.rb reports it, later Rubies are asked here. (On 3.1 a polled value would go stale
+  // between profiles, as GCs cannot poll.) The call checks interrupts: see windows.h.
 #ifdef TICKER_SYNC
-  // (Ruby 3.1 is told by lib/heapscope.rb instead; a polled value there would go stale between
-  // profiles, as GCs cannot poll.)
   win.gc_stress_polled = RTEST(rb_funcall(rb_mGC, id_stress, 0));
 #endif
+}
+
+void windows_sync_outside_gc(void) {
+  // A stopped run has nothing to sync (a caller may have seen it running before an interrupt).
+  if (!win.active) return;
   // The density check (GC.stat is not read inside a GC); a failure keeps its countdown.
   if (win.active && !win.syncing && !win.plan->halted) {
     uint64_t now = windows_virtual_now();
@@ -131,11 +135,9 @@ void windows_sync_outside_gc(void) {
 
 static bool may_act(void) { return win.active && !win.plan->halted && win.plan->windowed; }
 
-// The postponed job the ticker asks for: a sync point at an interrupt check. Its own cost is heapscope's
-// time, and tells the chain how long windows must be for syncs to stay cheap.
-static void sync_job(void *unused) {
-  (void)unused;
-  if (!may_act() || !ractors_guard()) return;
+// The postponed job the ticker asks for (sync_job, below): a sync point at an interrupt check. Its own
+// cost is heapscope's time, and tells the chain how long windows must be for syncs to stay cheap.
+static void sync_job_body(void) {
   // The ticker's jobs are where a Ractor started behind Ractor.new's back (a captured Method) shows
   // while it runs: without a call where the VM says it stayed single-Ractor, else Ractor.count at most
   // every 100 ms (ractors_others_alive says why).
@@ -143,6 +145,8 @@ static void sync_job(void *unused) {
     win.ractor_alive();
     return;
   }
+  windows_poll_gc_stress();
+  if (!may_act()) return; // stopped by what ran inside the two calls above
   uint64_t started = plan_monotonic_nanos();
   win.stats.sync_jobs++;
   ticker_stats ts;
@@ -158,6 +162,18 @@ static void sync_job(void *unused) {
   pthread_mutex_lock(&chain_lock);
   schedule_note_sync_cost(&win.plan->chain, (double)spent);
   pthread_mutex_unlock(&chain_lock);
+}
+
+static void sync_job(void *unused) {
+  (void)unused;
+  // Counting Ractors and polling GC.stress call methods. Their interrupt checks may run this job again
+  // (the ticker asked meanwhile), other threads and trap handlers (which may stop or restart capture):
+  // a nested job returns at once, and the body reads the run's state only after both calls.
+  static bool in_job;
+  if (in_job || !may_act() || !ractors_guard()) return;
+  in_job = true;
+  sync_job_body();
+  in_job = false;
 }
 
 static void start_ticker(void);
@@ -328,8 +344,7 @@ void windows_start(recorder *r, VALUE newobj_hook, const plan_config *config, ui
   win.recorder = r;
   win.ticker_lost = false;
   win.syncing = false;
-  win.gc_stress_polled = false;
-  win.ractor_pause = false;
+  win.ractor_pause = false; // gc_stress_polled stays as polled just before (capture_poll_ruby)
   win.last_marking_gc = (uint32_t)rb_gc_count();
   memset(&win.stats, 0, sizeof win.stats);
   win.active = true;

@@ -62,7 +62,13 @@ uint64_t windows_virtual_now(void);
 // The chain's share, mean window and flips, and the requested share now, read under the ticker's lock.
 void windows_chain_stats(double *share, double *mean_window_nanos, uint64_t *flips, double *requested_share);
 
-// A sync point outside the GC (a profile): also the density check and GC.stress's poll.
+// Ruby 3.3+: asks GC.stress (3.1 is told, windows_gc_stress_changed). A method call: its interrupt
+// checks may run postponed jobs, other threads and trap handlers, any of which may stop or restart
+// capture. So it is called first, before a start, a profile or a sync job reads any state, and never
+// between their steps. Outside the GC; may raise only as any method call can.
+void windows_poll_gc_stress(void);
+// A sync point outside the GC (a profile): also the density check. Runs no Ruby code and checks no
+// interrupts (nothing can stop capture in the middle); does nothing once stopped.
 void windows_sync_outside_gc(void);
 // [GC] Inside every GC's marking, once per GC: registers GC_END_MARK for this GC and syncs (windowed).
 void windows_on_gc_marking(void);
