@@ -41,7 +41,7 @@ module Bench
                         dropped skipped_own].freeze
     heapscope_windowed_keep = %i[window_share realized_share hook_on_share weight_scale windows_opened sync_jobs
                                  ticker_wakeups ticker_triggers schedule_flips mean_window_ns hook_cost_ns own_ns
-                                 gc_registrations_deferred].freeze
+                                 gc_registrations_deferred mean_window_share window_share_changes hook_cost_full_share].freeze
     heapscope_finish = lambda do |_ctx|
       Heapscope.profile # what a user asks for at the end: one heap profile
       stats = Heapscope.stats
@@ -86,6 +86,10 @@ module Bench
                                   Heapscope.start(sample_every: 1000, sampling: :windowed, max_overhead: nil)
                                 },
                                 finish: heapscope_finish
+    define :heapscope_budget, gem: "heapscope",
+                              note: "Heapscope.start(window_share: :budget): the default with the share the overhead budget sets",
+                              start: ->(_ctx) { require "heapscope"; Heapscope.start(window_share: :budget) },
+                              finish: heapscope_finish
     define :heapscope_default, gem: "heapscope",
                                note: "Heapscope.start with no options (windowed sampling, sample_every 1000, the adaptive overhead budget)",
                                start: ->(_ctx) { require "heapscope"; Heapscope.start },

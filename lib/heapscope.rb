@@ -48,7 +48,7 @@ module Heapscope
     max_stacks: 100_000,
     max_overhead: 0.01, # off (nil) when sample_every is given and max_overhead is not: see start
     sampling: nil, # :windowed, or :always; nil: :windowed unless sample_every is 1 (see docs/configuration.md)
-    window_share: 0.04,
+    window_share: 0.04, # windowed: the share of time the hook is on; :budget: the overhead budget sets it (3.3+)
     label_threads: false, # every sample also labelled thread=<its native thread's name> (labels.rb)
     max_label_sets: 1000, # distinct label sets per process; past it new sets become "(other)"
     show_contents: false, # the operator's consent to show data (Hash keys, String bytes: retainers, examples) to any reader
@@ -87,7 +87,7 @@ module Heapscope
       check_boolean(config, :auto_focus)
       check_fraction(config, :max_overhead)
       config[:sampling], sampling_reason = check_sampling(config)
-      check_fraction(config, :window_share, nil_ok: false)
+      check_fraction(config, :window_share, nil_ok: false) unless config[:window_share] == :budget
       focus = Focus.check(config[:focus])
       if running?
         raise Error, "heapscope is already running (call Heapscope.stop first, or check Heapscope.running?)"
@@ -106,7 +106,7 @@ module Heapscope
                    end
       Native._start(config[:sample_every], config[:max_frames], config[:min_age], config[:track_sizes],
                     config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE,
-                    config[:max_overhead]&.to_f, config[:sampling] == :windowed, config[:window_share].to_f,
+                    config[:max_overhead]&.to_f, config[:sampling] == :windowed, config[:window_share] == :budget ? 0.0 : config[:window_share].to_f,
                     config[:label_threads], config[:max_label_sets], strata)
       @focus = focus
       @auto_focus = auto_focus
@@ -280,7 +280,8 @@ module Heapscope
       return if (nil_ok && value.nil?) || (value.is_a?(Numeric) && value.real? && value > 0 && value <= 1)
 
       what = key == :window_share ? "the fraction of time the allocation hook is on" : "a fraction of run time"
-      raise ArgumentError, "#{key} must be a number above 0 and at most 1 (#{what})#{nil_ok ? " or nil" : ""}, got #{value.inspect}"
+      also = nil_ok ? " or nil" : key == :window_share ? " or :budget" : ""
+      raise ArgumentError, "#{key} must be a number above 0 and at most 1 (#{what})#{also}, got #{value.inspect}"
     end
 
     # [the sampling mode to use, why where that needs saying (else nil)]: default_sampling's choice when

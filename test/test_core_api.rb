@@ -129,16 +129,16 @@ class TestCoreAPI < Minitest::Test
     cases = {
       { sampling: :bogus } => /sampling must be one of :windowed, :always \(or nil for the default\), got :bogus/,
       { sampling: "windowed" } => /sampling must be one of :windowed, :always .*, got "windowed"/,
-      { window_share: 0 } => /window_share must be a number above 0 and at most 1 \(the fraction of time the allocation hook is on\), got 0/,
+      { window_share: 0 } => /window_share must be a number above 0 and at most 1 \(the fraction of time the allocation hook is on\) or :budget, got 0/,
+      { window_share: nil } => /window_share must be a number above 0 and at most 1 .* or :budget, got nil/,
+      { window_share: :auto } => /window_share must be a number above 0 and at most 1 .* or :budget, got :auto/,
       { window_share: 1.5 } => /window_share must be a number above 0 and at most 1 .*, got 1.5/,
-      { window_share: nil } => /window_share must be a number above 0 and at most 1 .*, got nil/,
       { window_share: "0.1" } => /window_share must be a number above 0 and at most 1 .*, got "0.1"/,
       { window_share: -0.5 } => /window_share must be a number above 0 and at most 1 .*, got -0.5/,
     }
     cases.each do |options, message|
       error = assert_raises(ArgumentError, options.inspect) { Heapscope.start(**options) }
       assert_match message, error.message
-      refute_match(/or nil/, error.message, "window_share takes no nil") if options.key?(:window_share)
       refute Heapscope.running?, "a bad option must not start the profiler"
     end
     unless Heapscope::Native::WINDOWED_SUPPORTED
@@ -221,6 +221,7 @@ class TestCoreAPI < Minitest::Test
     assert_operator stats[:window_sample_every], :>=, 1
     if expected == :windowed
       assert_equal Heapscope::START_DEFAULTS[:window_share], stats[:window_share]
+      assert_equal false, stats[:window_share_auto]
       # The ticker (Ruby 3.3+) opens windows many times a second; Ruby 3.1's change at GCs only.
       assert_operator stats[:windows_opened], :>=, 1, "the ticker opens windows" if stats[:ticker_wakeups].positive?
       assert_operator stats[:hook_allocations], :<, stats[:allocations], "the hook is off between windows"
@@ -230,6 +231,8 @@ class TestCoreAPI < Minitest::Test
     assert line, comments.inspect
     assert_match(/\Asampling=#{expected} share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ weight_scale_wanted=[\d.]+ sample_every=\d+ current_sample_every=\d+ max_sample_every=\d+ rate_lowered=(true|false) windows=\d+ hook_on_share=[\d.]+ allocations=\d+ skipped_own=\d+ variance=#{expected == :windowed ? "groups" : "labels"}\z/, line)
     # Windowed: the variance groups' allocations (docs/configuration.md), 16 whole numbers.
+    auto = comments.find { |c| c.start_with?("share_auto=") }
+    assert_match(/\Ashare_auto=false current_share=[\d.e-]+ min_share=[\d.e-]+ share_changes=\d+ hook_cost_full_share=[\d.]+ fpc_share=[\d.e-]+\z/, auto)
     design = comments.find { |c| c.start_with?("variance_groups=") }
     if expected == :windowed
       assert_match(/\Avariance_groups=16 group_allocations=\d+(,\d+){15}\z/, design)

@@ -113,8 +113,9 @@ class TestCoreWindowed < Minitest::Test
       seen = stats[:window_seen_share]
       assert_operator seen, :>, 0.0, stats.inspect
       every = stats[:current_sample_every]
-      planned = every * 0.04
-      wanted = seen >= 0.04 ? planned : [planned / 4, every * seen].max
+      share = stats[:window_share] # the budget's (bounded: 0.005-0.15), the same since the last density check
+      planned = every * share
+      wanted = seen >= share ? planned : [planned / 4, every * seen].max
       assert_equal wanted.round, stats[:window_sample_every], stats.inspect
     else
       # Ruby 3.1: a window lasts from one GC to the next, so a run's share is a few strides' luck (with
@@ -123,7 +124,7 @@ class TestCoreWindowed < Minitest::Test
       assert_operator stats[:weight_scale], :>=, 0.5, stats.inspect
     end
     comments = heap_profile.comments.join("\n")
-    assert_match(/sampling=windowed share=0\.04 realized_share=[\d.]+ weight_scale=[\d.]+ .*variance=groups$/, comments)
+    assert_match(/sampling=windowed share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ .*variance=groups$/, comments)
     # The groups' allocations add up to the allocations the hook saw in closed windows and the open one.
     design = comments[/^variance_groups=16 group_allocations=([\d,]+)$/, 1]
     refute_nil design, comments
@@ -242,5 +243,35 @@ class TestCoreWindowed < Minitest::Test
     100_000.times { Object.new }
     assert Heapscope.running?
     assert_kind_of String, Heapscope.profile
+  end
+
+  # window_share: :budget (docs/windowed-sampling.md, "The overhead budget chooses the share"): on Ruby
+  # 3.3+ the share follows the measured density within its bounds, starting at 0.04, and says so; an
+  # allocation-dense loop costs the hook far more than 1% at 0.04, so the budget lowers the share. Where
+  # windows change at GCs only (3.1) it stays 0.04.
+  def test_the_budget_sets_the_share_when_asked
+    Heapscope.start(sampling: :windowed, window_share: :budget)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 1.5
+    100_000.times { Object.new } while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    stats = Heapscope.stats
+    comments = heap_profile.comments
+    auto = comments.find { |c| c.start_with?("share_auto=") }
+    if ticker?
+      assert_equal true, stats[:window_share_auto], stats.inspect
+      assert_operator stats[:hook_cost_full_share], :>, 0.01, stats.inspect
+      assert_operator stats[:window_share], :<, 0.04, "a dense loop lowers the share: #{stats}"
+      assert_operator stats[:window_share], :>=, 0.005
+      assert_operator stats[:window_share_changes], :>=, 1
+      assert_operator stats[:min_window_share], :<=, stats[:window_share]
+      assert_operator stats[:mean_window_share], :<, 0.04
+      assert_operator stats[:mean_window_share], :>, stats[:min_window_share] * 0.999
+      m = auto.match(/\Ashare_auto=true current_share=([\d.e-]+) .* fpc_share=0\z/)
+      refute_nil m, auto
+      assert_in_delta stats[:window_share], Float(m[1]), 1e-5
+    else
+      assert_equal false, stats[:window_share_auto]
+      assert_equal 0.04, stats[:window_share]
+      assert_match(/\Ashare_auto=false current_share=0.04 .* fpc_share=0.04\z/, auto)
+    end
   end
 end

@@ -21,7 +21,7 @@ def measure(kase, mode, plan, profile_path)
   kase.setup
   options = { sample_every: plan["sample_every"] }
   options[:sampling] = :always if mode == "always"
-  options[:window_share] = plan["window_share"] if plan["window_share"] && mode != "always"
+  options[:window_share] = plan["window_share"] == "budget" ? :budget : plan["window_share"] if plan["window_share"] && mode != "always"
   options[:max_overhead] = plan["max_overhead"] == "off" ? nil : plan["max_overhead"] if plan["max_overhead"]
   GC.start(full_mark: true, immediate_sweep: true)
   t1 = Accuracy.now

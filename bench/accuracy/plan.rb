@@ -28,8 +28,8 @@ parser = OptionParser.new do |o|
   rescue ArgumentError
     raise OptionParser::InvalidArgument, v
   end
-  o.on("--window-share C", "Heapscope.start(window_share: C) in the default mode, 0 < C <= 1 (default: heapscope's own)") do |v|
-    opts[:window_share] = Float(v)
+  o.on("--window-share C", "Heapscope.start(window_share: C) in the default mode, 0 < C <= 1 or budget (default: heapscope's own)") do |v|
+    opts[:window_share] = v == "budget" ? "budget" : Float(v)
   rescue ArgumentError
     raise OptionParser::InvalidArgument, v
   end
@@ -58,7 +58,7 @@ begin
   raise OptionParser::InvalidArgument, "--runs must be at least 2" if opts[:runs] && opts[:runs] < 2
   raise OptionParser::InvalidArgument, "--sample-every must be at least 1" if opts[:sample_every] < 1
   raise OptionParser::InvalidArgument, "--jobs must be at least 1" if opts[:jobs] < 1
-  if opts[:window_share] && !(opts[:window_share] > 0 && opts[:window_share] <= 1)
+  if opts[:window_share] && opts[:window_share] != "budget" && !(opts[:window_share] > 0 && opts[:window_share] <= 1)
     raise OptionParser::InvalidArgument, "--window-share must be above 0 and at most 1"
   end
 rescue OptionParser::ParseError => e

@@ -262,7 +262,10 @@ bool capture_start(const capture_config *config) {
   cap.invalid_seen = 0;
   plan_config pc = {
     .sample_every = config->sample_every, .max_overhead = config->max_overhead, .windowed = config->windowed,
-    .window_share = config->window_share, .strata_every = config->focus_every, .strata_count = config->focus_count,
+    // The budget's share needs the ticker's sync points (its density checks; Ruby 3.3+): where windows
+    // change at GCs only, windows are few and the share stays the default one.
+    .window_share = config->window_share > 0.0 || windows_ticker() ? config->window_share : PLAN_DEFAULT_SHARE,
+    .strata_every = config->focus_every, .strata_count = config->focus_count,
   };
   windows_start(cap.recorder, alloc_hook_tracepoint(), &pc, sampler_seed_from_os());
   cap.running = true; // last: a GC inside the registrations above must not see a half-started capture
@@ -322,6 +325,11 @@ void capture_get_stats(capture_stats *stats) {
   stats->window = plan->window;
   stats->realized_share = cap.running ? plan_realized_share(plan, windows_virtual_now()) : 1.0;
   windows_chain_stats(&stats->share, &stats->mean_window_nanos, &stats->schedule_flips, &stats->requested_share);
+  stats->mean_share = cap.running ? plan_meant_share(plan, stats->vm_allocations) : stats->share;
+  stats->min_share = plan->min_share;
+  stats->share_auto = cap.running && plan->auto_share;
+  stats->share_changes = plan->chain.share_changes;
+  stats->hook_cost_share = plan->hook_cost_share;
   stats->ticker_wakeups = ws.ticker_wakeups;
   stats->ticker_triggers = ws.ticker_triggers;
 }
@@ -335,7 +343,10 @@ double capture_weight_scale(void) { return cap.running ? plan_weight_scale(plan,
 
 void capture_estimate(recorder_estimate *e) {
   uint64_t vm = vm_allocations();
-  *e = (recorder_estimate){.scale = capture_weight_scale(), .windowed = cap.running && cap.config.windowed, .share = plan->chain.share};
+  // The finite-population correction (variance.h) assumes one share over the run and windows that are
+  // sampled in full; with the budget's share neither holds, and none is made (the bars err wide).
+  double fpc_share = plan->auto_share ? 0.0 : plan->chain.share;
+  *e = (recorder_estimate){.scale = capture_weight_scale(), .windowed = cap.running && cap.config.windowed, .share = fpc_share};
   if (e->windowed && plan->window_open) {
     e->has_open_window = true;
     e->open_window = plan->window;

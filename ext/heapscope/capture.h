@@ -58,7 +58,12 @@ typedef struct {
   uint64_t ticker_failures;   // windowed: the ticker thread could not be started (windows change at GCs only)
   uint64_t ticker_wakeups, ticker_triggers; // windowed: the ticker's work
   uint64_t schedule_flips;    // windowed: changes of the schedule's state drawn
-  double share;               // windowed: the share of (virtual) time the hook is meant to be on (1 when always)
+  double share;               // windowed: the share of (virtual) time the hook is meant to be on now (1 when always)
+  double mean_share;          // windowed: the allocation-weighted mean of the shares since start (plan_meant_share)
+  double min_share;           // windowed: the lowest share since start
+  bool share_auto;            // windowed: the budget sets the share (sampling_plan.h)
+  uint64_t share_changes;     // how often it did
+  double hook_cost_share;     // the hook's cost at full share at the last density check (a fraction of time)
   double realized_share;      // windowed: the share of virtual time it was on since start (see capture_weight_scale)
   double requested_share;     // windowed: the share of virtual time "on" was requested since start (schedule.h)
   double mean_window_nanos;   // windowed: the schedule's mean window

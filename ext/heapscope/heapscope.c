@@ -356,6 +356,11 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "rate_adjustments", cs.rate_adjustments);
   set(h, "sampling", ID2SYM(rb_intern(capture_current_config()->windowed ? "windowed" : "always")));
   set(h, "window_share", capture_current_config()->windowed ? DBL2NUM(cs.share) : Qnil);
+  set(h, "window_share_auto", cs.share_auto ? Qtrue : Qfalse);
+  set(h, "mean_window_share", capture_current_config()->windowed ? DBL2NUM(cs.mean_share) : Qnil);
+  set(h, "min_window_share", capture_current_config()->windowed ? DBL2NUM(cs.min_share) : Qnil);
+  set_u64(h, "window_share_changes", cs.share_changes);
+  set(h, "hook_cost_full_share", DBL2NUM(cs.hook_cost_share));
   set(h, "rate_lowered", cs.current_every > capture_current_config()->sample_every ? Qtrue : Qfalse); // now, not once
   set_u64(h, "max_sample_every", cs.max_every);
   set(h, "hook_on_share", DBL2NUM(capture_hook_on_share(&cs)));

@@ -42,7 +42,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
   recorder_get_stats(capture_recorder(), &rs);
   labelsets_stats ls = {0};
   if (capture_labels() != NULL) labelsets_get_stats(capture_labels(), &ls);
-  size_t size = 1696 + 2 * 24 * VARIANCE_GROUPS;
+  size_t size = 1856 + 2 * 24 * VARIANCE_GROUPS;
   char *text = malloc(size);
   if (text == NULL) return NULL;
   int used = snprintf(text, size,
@@ -53,6 +53,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f weight_scale_wanted=%.4f sample_every=%u current_sample_every=%u max_sample_every=%u rate_lowered=%s "
            "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=%s\n"
            "label_sets=%llu max_label_sets=%u label_sets_overflowed=%llu label_sets_dropped=%llu label_threads=%s\n"
+           "share_auto=%s current_share=%g min_share=%g share_changes=%llu hook_cost_full_share=%.4f fpc_share=%g\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
@@ -62,12 +63,14 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            (unsigned long long)rs.dropped_tracked_cap, (unsigned long long)rs.dropped_stack_cap,
            (unsigned long long)(rs.dropped_no_memory + cs.hook.dropped_no_memory),
            (unsigned long long)cs.gc_end_marks_missed,
-           c->windowed ? "windowed" : "always", cs.share, cs.realized_share, capture_weight_scale(), capture_weight_scale_wanted(), c->sample_every, cs.current_every,
+           c->windowed ? "windowed" : "always", cs.mean_share, cs.realized_share, capture_weight_scale(), capture_weight_scale_wanted(), c->sample_every, cs.current_every,
            cs.max_every, cs.current_every > c->sample_every ? "true" : "false",
            (unsigned long long)cs.windows_opened, capture_hook_on_share(&cs), (unsigned long long)cs.vm_allocations,
            (unsigned long long)cs.hook.skipped_own, snapshot->has_groups ? "groups" : "labels",
            (unsigned long long)ls.sets, ls.max_sets, (unsigned long long)ls.overflowed, (unsigned long long)ls.dropped,
-           c->label_threads ? "true" : "false");
+           c->label_threads ? "true" : "false",
+           cs.share_auto ? "true" : "false", cs.share, cs.min_share, (unsigned long long)cs.share_changes, cs.hook_cost_share,
+           cs.share_auto ? 0.0 : cs.share);
   if (snapshot->has_groups && used > 0 && (size_t)used < size) {
     // Live objects' design (every window), then the allocation counters' (since Heapscope.reset).
     const group_design *designs[2] = {&snapshot->design, &snapshot->alloc_design};

@@ -9,8 +9,19 @@ void plan_start(sampling_plan *p, const plan_config *config, uint64_t now, uint6
   sampler_init(&p->sampler, config->sample_every, seed);
   budget_init(&p->budget, config->max_overhead, config->sample_every, now);
   uint64_t virtual_now = plan_virtual_now(p, now);
-  schedule_init(&p->chain, config->windowed ? config->window_share : 1.0, config->sample_every, virtual_now,
-                seed ^ 0x2545f4914f6cdd1dull);
+  p->auto_share = config->windowed && !(config->window_share > 0.0) && config->max_overhead > 0.0;
+  double share = !config->windowed ? 1.0 : config->window_share > 0.0 ? config->window_share
+               : PLAN_DEFAULT_SHARE; // the budget's share starts there too (sampling_plan.h)
+  schedule_init(&p->chain, share, config->sample_every, virtual_now, seed ^ 0x2545f4914f6cdd1dull);
+  p->meant_allocations = 0.0;
+  p->share_since_allocations = 0;
+  p->checked_virtual = virtual_now;
+  p->checked_allocations = 0;
+  p->checked_own = __atomic_load_n(&p->own_nanos, __ATOMIC_RELAXED);
+  p->checked_hook = 0;
+  p->work_share = 0.0;
+  p->min_share = p->chain.share;
+  p->hook_cost_share = 0.0;
   p->hook_allocations = p->uncharged_allocations = 0;
   p->last_charged_nanos = now;
   p->started_allocations = vm_allocations;
@@ -83,8 +94,8 @@ static uint32_t whole_weight(sampling_plan *p, double w) {
 
 // Always: 1 in the budget's rate, each sample weighing that. Windowed: the rate inside windows is 1 /
 // share times that, and denser still where late sync points lost windows (schedule_window_every); a
-// sample weighs what its in-window rate makes it (schedule_weight). The chain's share never changes after
-// schedule_init, so it is read here without the ticker's lock.
+// sample weighs what its in-window rate makes it (schedule_weight). The chain's share changes only in
+// plan_update_density, on this thread: it is read here without the ticker's lock.
 // A countdown at the overall rate every: loads *countdown and *step, returns the sample's weight.
 static uint32_t draw_at(sampling_plan *p, uint32_t every, uint64_t *countdown, uint64_t *step) {
   uint32_t weight = every;
@@ -195,6 +206,54 @@ uint64_t plan_close_window(sampling_plan *p, uint64_t virtual_now) {
 
 bool plan_density_due(const sampling_plan *p, uint64_t virtual_now) { return virtual_now >= p->next_density_check; }
 
+double plan_budget_share(const sampling_plan *p, double allocations_per_nano, double work_share) {
+  double full = allocations_per_nano * (p->hook_cost_nanos > 0.0 ? p->hook_cost_nanos : 0.0);
+  // What heapscope's own work took (sampling, sync jobs) is spent already; the hook gets at least a
+  // quarter of the budget (beyond that the budget lowers the rate, budget.h), and aims at
+  // PLAN_AUTO_SHARE_AIM of what is left: the enabled hook also costs what no clock here sees (the GC's
+  // work on the objects it makes slower, the jobs' dispatch: 0.005-0.02x an empty hook, bench/run).
+  double left = p->budget.max_overhead - work_share;
+  if (left < 0.25 * p->budget.max_overhead) left = 0.25 * p->budget.max_overhead;
+  double share = full > 0.0 ? PLAN_AUTO_SHARE_AIM * left / full : PLAN_AUTO_SHARE_MAX;
+  return share < PLAN_AUTO_SHARE_MIN ? PLAN_AUTO_SHARE_MIN : share > PLAN_AUTO_SHARE_MAX ? PLAN_AUTO_SHARE_MAX : share;
+}
+
+// The allocations the hook was meant to see of vm (since start): each share times the allocations it held for.
+static double meant_allocations(const sampling_plan *p, uint64_t vm) {
+  uint64_t since = vm > p->share_since_allocations ? vm - p->share_since_allocations : 0;
+  return p->meant_allocations + p->chain.share * (double)since;
+}
+
+// The budget's share from the density since the last check. Only the past decides it: the share in
+// force until now is accounted for, then the chain changes at this moment (schedule_set_share).
+static bool choose_share(sampling_plan *p, uint64_t virtual_now, uint64_t vm) {
+  uint64_t elapsed = virtual_now > p->checked_virtual ? virtual_now - p->checked_virtual : 0;
+  uint64_t allocations = vm > p->checked_allocations ? vm - p->checked_allocations : 0;
+  p->checked_virtual = virtual_now;
+  p->checked_allocations = vm;
+  if (elapsed == 0) return false;
+  // Heapscope's own time since the last check, less the hook's part of it (plan_charge), over the
+  // period's monotonic time (virtual time plus own time).
+  uint64_t own = __atomic_load_n(&p->own_nanos, __ATOMIC_RELAXED);
+  double own_work = (double)(own - p->checked_own);
+  double hook_seen = (double)(p->hook_allocations - p->checked_hook);
+  p->checked_own = own;
+  p->checked_hook = p->hook_allocations;
+  double work = own_work - hook_seen * (p->hook_cost_nanos > 0.0 ? p->hook_cost_nanos : 0.0);
+  p->work_share = work > 0.0 ? work / ((double)elapsed + own_work) : 0.0;
+  double density = (double)allocations / (double)elapsed;
+  p->hook_cost_share = density * (p->hook_cost_nanos > 0.0 ? p->hook_cost_nanos : 0.0);
+  double share = p->chain.share, wanted = plan_budget_share(p, density, p->work_share);
+  if (wanted > share / 1.25 && wanted < share * 1.25) return false;
+  if (wanted > 2.0 * share) wanted = 2.0 * share;
+  double meant = meant_allocations(p, vm);
+  if (!schedule_set_share(&p->chain, wanted, virtual_now)) return false;
+  p->meant_allocations = meant;
+  p->share_since_allocations = vm;
+  if (p->chain.share < p->min_share) p->min_share = p->chain.share;
+  return true;
+}
+
 // Only the past decides a rate, and each sample carries the weight of the rate it was drawn at, so
 // estimates stay unbiased.
 void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations) {
@@ -202,16 +261,22 @@ void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_all
   // What the open window has seen so far counts now, so the countdown can be drawn anew.
   if (p->window_open) count_seen_allocations(p);
   uint64_t vm = vm_allocations - p->started_allocations;
-  if (vm == 0 || p->hook_allocations == 0) return;
-  double old_share = p->seen_share;
-  p->seen_share = (double)p->hook_allocations / (double)vm;
-  // A countdown left was drawn at the old rate; a new one is drawn at the new rate (memoryless: for a
-  // rate that did not change, the same law as going on).
   uint32_t every = p->budget.current_every;
-  if (schedule_window_every(&p->chain, every, old_share) != schedule_window_every(&p->chain, every, p->seen_share)) plan_draw(p);
+  uint32_t old_window_every = schedule_window_every(&p->chain, every, p->seen_share);
+  uint32_t old_strata_every[PLAN_MAX_STRATA];
+  for (uint32_t i = 0; i < p->strata_count; i++) old_strata_every[i] = schedule_window_every(&p->chain, plan_stratum_every(p, i), p->seen_share);
+  bool share_changed = p->auto_share && p->windowed && choose_share(p, virtual_now, vm);
+  if (vm > 0 && p->hook_allocations > 0) {
+    // The share of the VM's allocations the hook saw, against the share it was meant to see (the same
+    // when the share never moved): the chain's share times how much of its due the hook saw.
+    double meant = meant_allocations(p, vm);
+    p->seen_share = meant > 0.0 ? p->chain.share * (double)p->hook_allocations / meant : 0.0;
+  }
+  // A countdown left was drawn at the old rate; a new one is drawn at the new rate (memoryless: for a
+  // rate that did not change, the same law as going on). A new share always redraws: the weight changed.
+  if (share_changed || old_window_every != schedule_window_every(&p->chain, every, p->seen_share)) plan_draw(p);
   for (uint32_t i = 0; i < p->strata_count; i++) {
-    uint32_t s_every = plan_stratum_every(p, i);
-    if (schedule_window_every(&p->chain, s_every, old_share) != schedule_window_every(&p->chain, s_every, p->seen_share)) {
+    if (share_changed || old_strata_every[i] != schedule_window_every(&p->chain, plan_stratum_every(p, i), p->seen_share)) {
       plan_draw_stratum(p, i);
     }
   }
@@ -238,12 +303,17 @@ uint64_t plan_open_window_allocations(const sampling_plan *p, uint64_t vm) {
   return plan_hook_allocations(p, vm) - p->window_opened_allocations;
 }
 
+double plan_meant_share(const sampling_plan *p, uint64_t vm) {
+  if (!p->windowed) return 1.0;
+  return vm > 0 ? meant_allocations(p, vm) / (double)vm : p->chain.share;
+}
+
 double plan_weight_scale_wanted(const sampling_plan *p, uint64_t vm) {
   if (!p->windowed) return 1.0;
   uint64_t hook = plan_hook_allocations(p, vm);
   // Before any window has been open, nothing was sampled: any scale will do.
   if (hook == 0 || vm == 0) return 1.0;
-  return p->chain.share * (double)vm / (double)hook;
+  return meant_allocations(p, vm) / (double)hook;
 }
 
 // Bounded, so that no sample stands for more than a few times sample_every: a run with very few windows

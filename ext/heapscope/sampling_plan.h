@@ -47,6 +47,26 @@
 // At most this many focused classes (strata) in a run.
 #define PLAN_MAX_STRATA 72 // 64 named by the caller, 8 for automatic focus (lib/heapscope/auto_focus.rb)
 
+// The budget's window share (window_share 0 with a budget: plan_update_density): the bounds it moves
+// within (a run starts at PLAN_DEFAULT_SHARE). Not above 0.15: up to there windows keep their 100 us mean
+// (schedule.h, SCHEDULE_MIN_MEAN_OFF_NANOS), so the share of its windows the hook really sees (the
+// ticker wakes late) is about the same at every share, and one weight scale serves a run whose share
+// moved (longer windows at higher shares were seen far more fully: samples from before a change would
+// then be weighted by the later windows' losses). Not below 1 / 200: a window then opens every 20 ms,
+// still a few hundred clusters in a run of a few seconds.
+#define PLAN_AUTO_SHARE_MAX 0.15
+#define PLAN_AUTO_SHARE_MIN 0.005
+// The share the hook's measured cost is given of what the budget leaves (plan_budget_share).
+#define PLAN_AUTO_SHARE_AIM 0.8
+// The share used where the caller gives none and no budget can choose one (sample_every given alone),
+// and where the budget's share starts. Not at the top of its range: one weight scale serves the whole
+// run, so a share that moves far leaves samples drawn before the move weighted by how fully the hook saw
+// the windows after it, and vice versa. Started at 0.15 and checked after 10 ms, the budget's share fell
+// to 0.03-0.05 within the first checks, and allocation counts came out 2-5% low (bench/accuracy,
+// lifetimes and phased cases, Ruby 3.3, 12 runs: z down to -5.2; started at 0.15 and moving to about 0.1,
+// they did not).
+#define PLAN_DEFAULT_SHARE 0.04
+
 // The weight scale's bounds (plan_weight_scale).
 #define PLAN_WEIGHT_SCALE_MIN 0.5
 #define PLAN_WEIGHT_SCALE_MAX 5.0
@@ -55,7 +75,8 @@ typedef struct {
   uint32_t sample_every; // the rate sought overall (1 in N)
   double max_overhead;   // the adaptive budget (budget.h); <= 0: always sample_every
   bool windowed;         // windows (schedule.h); else the hook is on for every allocation
-  double window_share;   // windowed: the share of time the hook is on, e.g. 0.04
+  double window_share;   // windowed: the share of time the hook is on, e.g. 0.04; <= 0: the budget's
+                         // (starts at PLAN_DEFAULT_SHARE), or PLAN_DEFAULT_SHARE without a budget
   const uint32_t *strata_every; // each focused class's rate (1 in N, >= 1), strata_count of them
   uint32_t strata_count;        // <= PLAN_MAX_STRATA
 } plan_config;
@@ -98,6 +119,18 @@ typedef struct {
   uint64_t next_density_check;    // virtual time of the next (plan_density_due)
   uint32_t strata_count;          // focused classes in this run
   plan_stratum strata[PLAN_MAX_STRATA];
+  // The budget's share (auto_share): the chain's share moves at density checks, each weight is that of
+  // the share it was drawn at, and the hook is meant to see sum(share x allocations) of them.
+  bool auto_share;
+  double meant_allocations;       // sum over past shares of share x the VM's allocations while it held
+  uint64_t share_since_allocations; // the VM's allocations (since start) when the current share began
+  uint64_t checked_virtual;       // virtual time of the last density check (or start)
+  uint64_t checked_allocations;   // the VM's allocations (since start) then
+  uint64_t checked_own;           // own_nanos then
+  uint64_t checked_hook;          // hook_allocations then
+  double work_share;              // heapscope's own work but the hook's, over the last check's period
+  double min_share;               // the lowest share in force since start
+  double hook_cost_share;         // the last measured hook cost at full share (allocations x cost / time)
 } sampling_plan;
 
 // ---- Lifecycle ----
@@ -167,9 +200,16 @@ uint64_t plan_close_window(sampling_plan *p, uint64_t virtual_now);
 // Whether a density check is due at virtual time now: at fixed moments (as the chain's retunes, so when
 // it happens does not depend on the chain), then plan_update_density with the VM's allocation count.
 bool plan_density_due(const sampling_plan *p, uint64_t virtual_now);
-// The share of allocations the hook has seen so far sets how densely windows are sampled from now on
-// (schedule_window_every); a changed rate draws the countdown anew.
+// [chain] The share of allocations the hook has seen so far sets how densely windows are sampled from now
+// on (schedule_window_every). With the budget's share, the density of allocations since the last check
+// (times the hook's measured cost) first sets the share: PLAN_AUTO_SHARE_AIM of (max_overhead less what
+// heapscope's own work took) over what the hook would cost on all the time, within the bounds, moved
+// only by a quarter or more, up at most 2x a check. A changed rate draws the countdowns anew.
 void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations);
+// What the chain's share would be now for this density of allocations (allocations per virtual
+// nanosecond) and share of time heapscope's own work took (sampling, sync jobs: not the hook), before
+// the bounds on change: the rule plan_update_density applies.
+double plan_budget_share(const sampling_plan *p, double allocations_per_nano, double work_share);
 
 // ---- What the profile reads ----
 
@@ -177,6 +217,9 @@ void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_all
 uint64_t plan_vm_allocations(const sampling_plan *p, uint64_t vm_allocations);
 // Allocations the hook saw since plan_start (all of vm when not windowed), the open window's included.
 uint64_t plan_hook_allocations(const sampling_plan *p, uint64_t vm);
+// The share the hook was meant to see of the VM's vm allocations since plan_start (the allocation-weighted
+// mean of the chain's shares; its share when it never moved; 1 when always).
+double plan_meant_share(const sampling_plan *p, uint64_t vm);
 // The share of virtual time a window was open since plan_start (1 when always).
 double plan_realized_share(const sampling_plan *p, uint64_t virtual_now);
 // Allocations the hook saw in the window still open (0 when none).

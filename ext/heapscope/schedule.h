@@ -47,6 +47,12 @@
 #ifndef SCHEDULE_MIN_MEAN_ON_NANOS
 #define SCHEDULE_MIN_MEAN_ON_NANOS 100000.0 // 100 us
 #endif
+// The shortest mean gap between windows: the ticker's wake-ups come tens of microseconds late, and a
+// high share with 100 us gaps would lose many of its flips to them. Longer windows keep the gaps at
+// least this long; at shares up to 1/6 the 100 us window already does (the budget's share stays below).
+#ifndef SCHEDULE_MIN_MEAN_OFF_NANOS
+#define SCHEDULE_MIN_MEAN_OFF_NANOS 500000.0 // 500 us
+#endif
 // The longest mean window (reached only when sync jobs are very slow, as under valgrind).
 #define SCHEDULE_MAX_MEAN_ON_NANOS 50000000.0 // 50 ms
 // Sync jobs (two per window) may take about this share of time; the mean window is lengthened until
@@ -72,6 +78,8 @@ typedef struct {
   uint64_t next_retune;  // virtual nanoseconds at which the mean window is retuned next
   double sync_nanos;     // a moving average of a sync job's cost (0: none measured yet)
   uint64_t flips;        // changes drawn so far
+  uint64_t retunes;      // retune moments passed so far (the ticker asks for a sync job at each)
+  uint64_t share_changes; // schedule_set_share calls that changed the share
   // The requested state (schedule_request): what the ticker last asked sync points to apply, and how
   // long it has asked for "on" (virtual nanoseconds, closed periods only).
   bool requested;
@@ -86,6 +94,14 @@ typedef struct {
 // in-window rate (at least 1: a sample_every below 1 / share raises the share to 1 / sample_every; it is
 // never lowered). The first state is drawn from the stationary distribution.
 void schedule_init(schedule *s, double share, uint32_t sample_every, uint64_t now, uint64_t seed);
+
+// [chain] The share becomes `share` (rounded as schedule_init rounds it) at virtual time now (or the
+// chain's last drawn moment, if later): the chain is drawn up to then at the old share, then its state is
+// drawn afresh from the new stationary distribution, independent of the past, so from then on it is on
+// with probability exactly the new share whenever that moment came. The caller picks the moment from the
+// past only. The new state is requested at once (schedule_request), so the sync point making the change
+// applies it. Returns whether the share changed (then the in-window rate did too: draw countdowns anew).
+bool schedule_set_share(schedule *s, double share, uint64_t now);
 
 // The chain's state at virtual time now, drawing its flips up to now. A now before the last one asked
 // counts as the last one (the chain never runs backwards).
@@ -115,7 +131,7 @@ bool schedule_requested(const schedule *s);
 double schedule_requested_share(const schedule *s, uint64_t now);
 
 // When the chain may flip next (virtual nanoseconds), as drawn so far: its next flip, or the next retune
-// moment if that comes first (it may redraw the flip). UINT64_MAX: never (a share of 1).
+// moment if that comes first (it may redraw the flip; at a share of 1, the retune moments only).
 uint64_t schedule_next_event(const schedule *s);
 
 // Takes a sync job's measured cost into a moving average. At the next retune moment, where two jobs per

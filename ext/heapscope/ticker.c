@@ -13,6 +13,7 @@
 static struct {
   bool running;
   bool stopping;     // guarded by wake_lock
+  bool poked;        // guarded by wake_lock: ticker_wake asked for an early wake-up
   ticker_config config;
   pthread_t thread;
   pthread_mutex_t wake_lock; // guards stopping; the condition the thread sleeps on
@@ -24,9 +25,10 @@ static struct {
 static bool sleep_until(uint64_t until) {
   struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u), .tv_nsec = (long)(until % 1000000000u)};
   pthread_mutex_lock(&t.wake_lock);
-  while (!t.stopping && clock_monotonic_nanos() < until) {
+  while (!t.stopping && !t.poked && clock_monotonic_nanos() < until) {
     if (pthread_cond_timedwait(&t.wake, &t.wake_lock, &ts) == ETIMEDOUT) break;
   }
+  t.poked = false;
   bool go_on = !t.stopping;
   pthread_mutex_unlock(&t.wake_lock);
   return go_on;
@@ -81,6 +83,7 @@ bool ticker_start(const ticker_config *config) {
   if (t.running) return true;
   t.config = *config;
   t.stopping = false;
+  t.poked = false;
   memset(&t.stats, 0, sizeof t.stats);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -113,6 +116,14 @@ void ticker_stop(void) {
 }
 
 bool ticker_running(void) { return t.running; }
+
+void ticker_wake(void) {
+  if (!t.running) return;
+  pthread_mutex_lock(&t.wake_lock);
+  t.poked = true;
+  pthread_cond_signal(&t.wake);
+  pthread_mutex_unlock(&t.wake_lock);
+}
 
 void ticker_forget_after_fork(void) {
   t.running = false;

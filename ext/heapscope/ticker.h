@@ -50,6 +50,9 @@ bool ticker_start(const ticker_config *config);
 // Stops the thread and waits for it. No-op when not running.
 void ticker_stop(void);
 bool ticker_running(void);
+// The ticker wakes now instead of at the chain's next event as it last read it (the chain changed, as
+// schedule_set_share does). Any thread that does not hold the chain's lock; a no-op when stopped.
+void ticker_wake(void);
 // In a forked child, where the thread does not exist: forgets it without joining (the lock is the
 // caller's to reinitialise). ticker_start may then start a new one.
 void ticker_forget_after_fork(void);

@@ -120,7 +120,16 @@ void windows_sync_outside_gc(void) {
   // The density check (GC.stat is not read inside a GC); a failure keeps its countdown.
   if (win.active && !win.syncing && !win.plan->halted) {
     uint64_t now = windows_virtual_now();
-    if (plan_density_due(win.plan, now)) plan_update_density(win.plan, now, windows_vm_allocations());
+    if (plan_density_due(win.plan, now)) {
+      uint64_t vm = windows_vm_allocations();
+      pthread_mutex_lock(&chain_lock);
+      uint64_t changes = win.plan->chain.share_changes;
+      plan_update_density(win.plan, now, vm);
+      bool changed = win.plan->chain.share_changes != changes;
+      pthread_mutex_unlock(&chain_lock);
+      // The ticker sleeps until the old chain's next flip: the new chain's may come sooner.
+      if (changed) ticker_wake();
+    }
   }
   // Registering mallocs: a GC started in the middle would run its own sync and liveness pass while
   // the hook list is half changed. GC waits instead (where Ruby can disable it without finishing one).

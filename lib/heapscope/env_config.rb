@@ -120,7 +120,7 @@ module Heapscope
         config[:start][:track_sizes] = sizes unless sizes.nil?
         sampling = p.one_of("HEAPSCOPE_SAMPLING", SAMPLING_MODES)
         config[:start][:sampling] = sampling.to_sym unless sampling.nil?
-        share = p.fraction("HEAPSCOPE_WINDOW_SHARE", off: false)
+        share = p.exact("HEAPSCOPE_WINDOW_SHARE")&.downcase == "budget" ? :budget : p.fraction("HEAPSCOPE_WINDOW_SHARE", off: false)
         config[:start][:window_share] = share unless share.nil? || share == :unset
         [config, p]
       end

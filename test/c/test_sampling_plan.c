@@ -313,6 +313,73 @@ static void test_reseed_changes_the_draws(void) {
   CHECK_EQ_U64(b.sampler.sample_every, a.sampler.sample_every);
 }
 
+// The budget's share (window_share 0 with a budget): starts at the default share, follows the
+// measured density of allocations times the hook's cost at the density checks (down at once, up at most
+// 2x a check), redraws the countdown at the new share's weight, and the weight scale counts each share
+// for the allocations it held.
+static void test_the_budget_sets_the_share(void) {
+  sampling_plan p;
+  memset(&p, 0, sizeof p);
+  plan_set_hook_cost(&p, 50.0);
+  plan_config c = {.sample_every = 1000, .max_overhead = 0.01, .windowed = true, .window_share = 0.0};
+  plan_start(&p, &c, 0, 0, 5);
+  CHECK(p.auto_share);
+  CHECK(p.chain.share == PLAN_DEFAULT_SHARE);
+  CHECK_EQ_U64(p.chain.window_every, 40);
+  CHECK(!plan_density_due(&p, 49 * MS)); // checks at 50 ms, then every 0.5 s
+  CHECK(plan_density_due(&p, 50 * MS));
+  // 1,000,000 allocations in 50 ms (20 per us) x 50 ns: on all the time the hook would cost 100%, so
+  // 1% buys a share of 0.008 (the hook aims at 0.8 of the budget). The hook saw its 4% of them.
+  plan_open_window(&p, 0);
+  allocate(&p, 40000, NULL);
+  plan_close_window(&p, 50 * MS);
+  plan_update_density(&p, 50 * MS, 1000000);
+  CHECK(fabs(p.hook_cost_share - 1.0) < 1e-9);
+  CHECK(fabs(p.chain.share - 0.008) < 1e-12);
+  CHECK_EQ_U64(p.chain.window_every, 8);
+  CHECK_EQ_U64(p.chain.share_changes, 1);
+  CHECK(fabs(p.min_share - 0.008) < 1e-12);
+  CHECK(p.draw_weight == 1000); // 8 / 0.008: the countdown was drawn anew at the new share
+  CHECK(!plan_density_due(&p, 549 * MS));
+  CHECK(plan_density_due(&p, 550 * MS));
+  CHECK(fabs(plan_weight_scale_wanted(&p, 1000000) - 1.0) < 1e-9);
+  // The next 1,000,000 at 0.008: the hook sees 8,000 of them. Each share counts for its own allocations.
+  plan_open_window(&p, 60 * MS);
+  allocate(&p, 8000, NULL);
+  plan_close_window(&p, 70 * MS);
+  CHECK(fabs(plan_weight_scale_wanted(&p, 2000000) - 1.0) < 1e-9); // (40,000 + 8,000) / 48,000
+  CHECK(fabs(plan_meant_share(&p, 2000000) - 0.024) < 1e-12);
+  // Had the hook seen half of what the second share meant, every value would be scaled by 56/48.
+  CHECK(fabs(plan_weight_scale_wanted(&p, 3000000) - 56000.0 / 48000.0) < 1e-9);
+  // Then the program nearly stops allocating: the share goes up, at most 2x a check, to its top.
+  plan_update_density(&p, 550 * MS, 2000100);
+  CHECK(fabs(p.chain.share - 0.016) < 1e-12);
+  plan_update_density(&p, 1050 * MS, 2000200);
+  CHECK(fabs(p.chain.share - 0.032) < 1e-12);
+  CHECK_EQ_U64(p.chain.share_changes, 3);
+  // A change under a quarter is left alone: 5,400,000 allocations in 0.5 s (10.8 per us) buy 0.0148,
+  // then 0.0136 is too close to move to.
+  plan_update_density(&p, 1550 * MS, 2000200 + 5400000);
+  CHECK(fabs(p.chain.share - 0.015) < 1e-12); // 0.0148 rounded to a whole in-window rate (15)
+  plan_update_density(&p, 2050 * MS, 2000200 + 5400000 + 5880000);
+  CHECK(fabs(p.chain.share - 0.015) < 1e-12);
+  // Heapscope's own work takes from the budget first; the hook keeps at least a quarter of it.
+  CHECK(plan_budget_share(&p, 0.0, 0.0) == PLAN_AUTO_SHARE_MAX);
+  CHECK(plan_budget_share(&p, 1.0, 0.0) == PLAN_AUTO_SHARE_MIN);
+  CHECK(fabs(plan_budget_share(&p, 0.002, 0.004) - 0.8 * 0.006 / 0.1) < 1e-12);
+  CHECK(fabs(plan_budget_share(&p, 0.002, 0.02) - 0.8 * 0.0025 / 0.1) < 1e-12);
+  // A share given, or no budget: fixed, never moved.
+  plan_config fixed = {.sample_every = 1000, .max_overhead = 0.01, .windowed = true, .window_share = 0.04};
+  plan_start(&p, &fixed, 0, 0, 5);
+  CHECK(!p.auto_share);
+  plan_update_density(&p, 50 * MS, 1000000);
+  CHECK(fabs(p.chain.share - 0.04) < 1e-12);
+  plan_config no_budget = {.sample_every = 1000, .windowed = true, .window_share = 0.0};
+  plan_start(&p, &no_budget, 0, 0, 5);
+  CHECK(!p.auto_share);
+  CHECK(fabs(p.chain.share - PLAN_DEFAULT_SHARE) < 1e-12);
+}
+
 int main(void) {
   test_always_weighs_sample_every_and_clusters_each_sample();
   test_sample_every_one_samples_everything();
@@ -327,5 +394,6 @@ int main(void) {
   test_strata_count_toward_the_hook_and_windows();
   test_strata_follow_the_budget_and_park();
   test_stratum_rate_changes_keep_the_count();
+  test_the_budget_sets_the_share();
   return check_report("test_sampling_plan");
 }

@@ -59,7 +59,44 @@ static void test_sample_every_one_is_always_on(void) {
   CHECK(s.share == 1.0);
   CHECK_EQ_U64(s.window_every, 1);
   for (uint64_t t = 0; t < 1000000000ull; t += 12345677) CHECK(schedule_state_at(&s, t));
-  CHECK(schedule_next_event(&s) == UINT64_MAX);
+  // Always on: the only events are the retune moments (a ticker wakes for those alone).
+  CHECK(s.next_change == UINT64_MAX);
+  CHECK_EQ_U64(schedule_next_event(&s), s.next_retune);
+}
+
+// A share changed at a moment the chain itself chose (its first flip after 3 ms, the worst case: a sync
+// job runs at such a flip): at fixed moments after it, the chain is on with the new share's probability,
+// going down (0.5 to 0.04) and up (0.04 to 0.25); the in-window rate follows, and so does the weight.
+static void test_a_changed_share_holds_from_the_change_on(void) {
+  const double from[] = {0.5, 0.04}, to[] = {0.04, 0.25};
+  const int chains = 40000;
+  for (int k = 0; k < 2; k++) {
+    int on_soon = 0, on_later = 0;
+    for (int i = 0; i < chains; i++) {
+      schedule s;
+      schedule_init(&s, from[k], 1000, 0, 0x9e3779b9ull + (uint64_t)i * 6151 + (uint64_t)k * 193);
+      uint64_t flips = s.flips;
+      uint64_t t = 3000000;
+      while (schedule_state_at(&s, t), s.flips == flips) t += 1000;
+      CHECK(schedule_set_share(&s, to[k], t));
+      on_soon += schedule_state_at(&s, t + 50000000ull);
+      on_later += schedule_state_at(&s, t + 900000000ull); // past retunes
+    }
+    CHECK(near_share((double)on_soon / chains, to[k], chains));
+    CHECK(near_share((double)on_later / chains, to[k], chains));
+  }
+  schedule s;
+  schedule_init(&s, 1.0, 1000, 0, 3);
+  CHECK_EQ_U64(s.window_every, 1000);
+  CHECK(schedule_set_share(&s, 0.15, 100));
+  CHECK(s.share == 0.15);
+  CHECK_EQ_U64(s.window_every, 150);
+  CHECK(schedule_weight(&s, 150) == 1000.0);
+  CHECK(!schedule_set_share(&s, 0.1502, 200)); // the same whole in-window rate: no change
+  CHECK_EQ_U64(s.share_changes, 1);
+  CHECK(schedule_set_share(&s, 1.0, 300)); // back to always on
+  CHECK(s.on);
+  CHECK(s.next_change == UINT64_MAX);
 }
 
 // Over many chains, the share of those on at one fixed moment: at the start, within a window's length,
@@ -205,6 +242,7 @@ int main(void) {
   test_share_is_adjusted_to_whole_rates();
   test_window_every_follows_the_share_seen();
   test_sample_every_one_is_always_on();
+  test_a_changed_share_holds_from_the_change_on();
   test_on_with_probability_share_at_any_moment();
   test_long_run_share_and_window_length();
   test_path_does_not_depend_on_asking();

@@ -44,6 +44,7 @@ module Heapscope
 
       SAMPLE_EVERY = /\bsample_every=(\d{1,19})(?!\d)/.freeze
       CURRENT_SAMPLE_EVERY = /\bcurrent_sample_every=(\d{1,19})(?!\d)/.freeze
+      FPC_SHARE = /\bfpc_share=([\d.e+-]{1,24})(?![\w.])/.freeze
       # A focused class's line (lib/heapscope/focus.rb): its rate in force and its name.
       FOCUS = /\Aheapscope focus: rate=\d{1,19} current_rate=(\d{1,19}) samples=\d{1,19} state=(\w{1,10}) class=(\S{1,300})\z/.freeze
       WINDOWED = /\bsampling=windowed\b/.freeze
@@ -134,6 +135,7 @@ module Heapscope
         @variance = false
         @mode = nil
         @share = nil
+        @fpc_share = nil
         @focus = []
         @focus_rates = {}
         prof.comments.each do |c|
@@ -146,6 +148,10 @@ module Heapscope
           # is two searches, not one `.*` that backtracks over the comment for every "windowed" in it;
           # numbers longer than 19 digits are not numbers a writer meant, and sample_every=0 gives no rate
           # (it made every error infinite, which JSON cannot hold).
+          # The share the finite-population correction uses where it differs from share= (0: none, when
+          # the budget moved the share during the run).
+          m = c.match(FPC_SHARE)
+          @fpc_share = Float(m[1], exception: false) if m
           m = c.match(SAMPLE_EVERY)
           @sample_every = m[1].to_i if m && m[1].to_i.positive?
           m = c.match(CURRENT_SAMPLE_EVERY)
@@ -326,7 +332,8 @@ module Heapscope
         r = total / design[:total]
         residuals = 0.0
         ys.each_with_index { |y, g| residuals += (y - r * a[g])**2 }
-        fpc = @share && @share < 1 ? 1 - @share : 1.0
+        share = @fpc_share || @share
+        fpc = share && share < 1 ? 1 - share : 1.0
         df = [[groups, spanned].min.floor - 1, 1].max
         groups / (groups - 1.0) * fpc * residuals * (t_quantile(df) / 2.0)**2
       end
