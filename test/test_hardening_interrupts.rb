@@ -68,4 +68,44 @@ class TestHardeningInterrupts < Minitest::Test
     assert_operator traps, :>=, 100, out
     assert_operator inside, :>=, 20, "too few traps ran inside a profile to test anything: #{out}"
   end
+
+  # A trap handler that raises (as Ruby's own SIGINT handler does) may run inside the sync job's
+  # GC.stress poll. What it raises reaches the program, and the job still runs afterwards (the poll
+  # catches it and raises it again once the job is done: unwinding through the job would leave it
+  # marked running, and no window would change again). Raises land at whatever interrupt check comes
+  # first, so this checks the program's view: every raise is rescued, and windows go on opening.
+  RAISING = <<~'RUBY'
+    require "heapscope"
+    Heapscope.start
+    Boom = Class.new(StandardError)
+    trap("USR1") { raise Boom }
+    killer = spawn("sh", "-c", "while kill -USR1 #{Process.pid} 2>/dev/null; do sleep 0.002; done")
+    rescued = 0
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 1.5
+    begin # (a raise lands at any interrupt check: the loop's condition and the trap call included)
+      2000.times { Object.new } while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+      trap("USR1", "IGNORE")
+    rescue Boom
+      rescued += 1
+      retry
+    end
+    Process.kill("TERM", killer)
+    Process.wait(killer)
+    before = Heapscope.stats.values_at(:sync_jobs, :windows_opened)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    200.times { Object.new } while Process.clock_gettime(Process::CLOCK_MONOTONIC) - started < 0.5
+    after = Heapscope.stats.values_at(:sync_jobs, :windows_opened)
+    puts "rescued=#{rescued} jobs=#{after[0] - before[0]} windows=#{after[1] - before[1]} ticker=#{Heapscope::Native::WINDOWED_TICKER}"
+  RUBY
+
+  def test_a_trap_handler_that_raises_leaves_the_windows_going
+    out, err, status = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, "-I#{ROOT}/lib", "-e", RAISING)
+    assert status.success?, "exit #{status.inspect}\n#{out}\n#{err[0, 3000]}"
+    m = out.match(/rescued=(\d+) jobs=(\d+) windows=(\d+) ticker=(true|false)/)
+    refute_nil m, "#{out}\n#{err[0, 3000]}"
+    assert_operator m[1].to_i, :>=, 50, out
+    skip "no ticker on Ruby #{RUBY_VERSION}: windows change at GCs" unless m[4] == "true"
+    assert_operator m[2].to_i, :>, 0, "no sync job ran after the raises: #{out}"
+    assert_operator m[3].to_i, :>, 0, "no window opened after the raises: #{out}"
+  end
 end

@@ -126,7 +126,10 @@ void capture_settle_records(void) {
   recorder_check_suspects(cap.recorder);
 }
 
-void capture_poll_ruby(void) { windows_poll_gc_stress(); }
+void capture_poll_ruby(void) {
+  int state = windows_poll_gc_stress();
+  if (state != 0) rb_jump_tag(state); // what a trap handler raised: nothing is held here
+}
 
 void capture_prepare_snapshot(void) {
   if (!cap.running) return;

@@ -120,7 +120,8 @@ void capture_settle_records(void);
 void capture_prepare_snapshot(void);
 // Asks Ruby what it tells only through a method call (GC.stress on 3.3+, windows.h). Interrupts run
 // inside it (other threads, trap handlers, postponed jobs: any may stop or restart capture), so an API
-// entry calls it first, before it reads whether capture runs. Outside the GC.
+// entry calls it first, before it reads whether capture runs. Outside the GC. Raises what a trap handler
+// raised inside it.
 void capture_poll_ruby(void);
 
 // What every weight is multiplied by in a profile (a ratio estimate): the share of time the schedule

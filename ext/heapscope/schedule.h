@@ -78,7 +78,7 @@ typedef struct {
   uint64_t next_retune;  // virtual nanoseconds at which the mean window is retuned next
   double sync_nanos;     // a moving average of a sync job's cost (0: none measured yet)
   uint64_t flips;        // changes drawn so far
-  uint64_t retunes;      // retune moments passed so far (the ticker asks for a sync job at each)
+  uint64_t retunes;      // retune moments passed so far
   uint64_t share_changes; // schedule_set_share calls that changed the share
   // The requested state (schedule_request): what the ticker last asked sync points to apply, and how
   // long it has asked for "on" (virtual nanoseconds, closed periods only).

@@ -105,13 +105,24 @@ static void sync_point(void) {
   win.syncing = false;
 }
 
-void windows_poll_gc_stress(void) {
+#ifdef TICKER_SYNC
+static VALUE call_gc_stress(VALUE unused) {
+  (void)unused;
+  return rb_funcall(rb_mGC, id_stress, 0);
+}
+#endif
+
+int windows_poll_gc_stress(void) {
   // GC.stress makes every allocation collect (sync_point keeps windows shut then); Ruby 3.1's
   // lib/heapscope.rb reports it, later Rubies are asked here. (On 3.1 a polled value would go stale
-  // between profiles, as GCs cannot poll.) The call checks interrupts: see windows.h.
+  // between profiles, as GCs cannot poll.) The call checks interrupts: see windows.h. What a trap
+  // handler raises there (Interrupt, at Ctrl-C) is caught, and handed to the caller to raise again.
+  int state = 0;
 #ifdef TICKER_SYNC
-  win.gc_stress_polled = RTEST(rb_funcall(rb_mGC, id_stress, 0));
+  VALUE stress = rb_protect(call_gc_stress, Qnil, &state);
+  if (state == 0) win.gc_stress_polled = RTEST(stress);
 #endif
+  return state;
 }
 
 void windows_sync_outside_gc(void) {
@@ -146,16 +157,16 @@ static bool may_act(void) { return win.active && !win.plan->halted && win.plan->
 
 // The postponed job the ticker asks for (sync_job, below): a sync point at an interrupt check. Its own
 // cost is heapscope's time, and tells the chain how long windows must be for syncs to stay cheap.
-static void sync_job_body(void) {
+static int sync_job_body(void) {
   // The ticker's jobs are where a Ractor started behind Ractor.new's back (a captured Method) shows
   // while it runs: without a call where the VM says it stayed single-Ractor, else Ractor.count at most
   // every 100 ms (ractors_others_alive says why).
   if (ractors_others_alive()) {
     win.ractor_alive();
-    return;
+    return 0;
   }
-  windows_poll_gc_stress();
-  if (!may_act()) return; // stopped by what ran inside the two calls above
+  int state = windows_poll_gc_stress();
+  if (state != 0 || !may_act()) return state; // raised in, or stopped by, what ran inside the calls above
   uint64_t started = plan_monotonic_nanos();
   win.stats.sync_jobs++;
   ticker_stats ts;
@@ -171,6 +182,7 @@ static void sync_job_body(void) {
   pthread_mutex_lock(&chain_lock);
   schedule_note_sync_cost(&win.plan->chain, (double)spent);
   pthread_mutex_unlock(&chain_lock);
+  return 0;
 }
 
 static void sync_job(void *unused) {
@@ -178,11 +190,14 @@ static void sync_job(void *unused) {
   // Counting Ractors and polling GC.stress call methods. Their interrupt checks may run this job again
   // (the ticker asked meanwhile), other threads and trap handlers (which may stop or restart capture):
   // a nested job returns at once, and the body reads the run's state only after both calls.
+  // What a trap handler raised inside them is raised again once the job is done with (never unwinding
+  // through it: in_job would stay set, and no window would change again).
   static bool in_job;
   if (in_job || !may_act() || !ractors_guard()) return;
   in_job = true;
-  sync_job_body();
+  int state = sync_job_body();
   in_job = false;
+  if (state != 0) rb_jump_tag(state);
 }
 
 static void start_ticker(void);

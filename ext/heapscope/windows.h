@@ -65,8 +65,9 @@ void windows_chain_stats(double *share, double *mean_window_nanos, uint64_t *fli
 // Ruby 3.3+: asks GC.stress (3.1 is told, windows_gc_stress_changed). A method call: its interrupt
 // checks may run postponed jobs, other threads and trap handlers, any of which may stop or restart
 // capture. So it is called first, before a start, a profile or a sync job reads any state, and never
-// between their steps. Outside the GC; may raise only as any method call can.
-void windows_poll_gc_stress(void);
+// between their steps. Outside the GC. Never raises: returns 0, or the tag of what was raised inside
+// the call (a trap handler's Interrupt), for the caller to raise again with rb_jump_tag.
+int windows_poll_gc_stress(void);
 // A sync point outside the GC (a profile): also the density check. Runs no Ruby code and checks no
 // interrupts (nothing can stop capture in the middle); does nothing once stopped.
 void windows_sync_outside_gc(void);
