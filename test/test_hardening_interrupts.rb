@@ -70,10 +70,10 @@ class TestHardeningInterrupts < Minitest::Test
   end
 
   # A trap handler that raises (as Ruby's own SIGINT handler does) may run inside the sync job's
-  # GC.stress poll. What it raises reaches the program, and the job still runs afterwards (the poll
-  # catches it and raises it again once the job is done: unwinding through the job would leave it
-  # marked running, and no window would change again). Raises land at whatever interrupt check comes
-  # first, so this checks the program's view: every raise is rescued, and windows go on opening.
+  # GC.stress poll. The job still runs afterwards: the poll catches the raise and raises it again once
+  # the job is done (unwinding through the job would leave it marked running, and no window would
+  # change again). Raises land at whatever interrupt check comes first, and one inside the poll is rare,
+  # so this checks the program's view over many: raises are rescued, and windows go on opening.
   RAISING = <<~'RUBY'
     require "heapscope"
     Heapscope.start
