@@ -192,8 +192,7 @@ static void sync_job(void *unused) {
   // a nested job returns at once, and the body reads the run's state only after both calls.
   // What a trap handler raised inside them is raised again once the job is done with, never unwinding
   // through it (in_job would stay set, and no window would change again); Ruby's job runner decides
-  // what becomes of it then (it does not reach the program on the Rubies checked: a raise at that
-  // moment is lost, as it was before heapscope caught it).
+  // what becomes of it then, as it did before the poll caught it (not checked whether it drops it).
   static bool in_job;
   if (in_job || !may_act() || !ractors_guard()) return;
   in_job = true;
