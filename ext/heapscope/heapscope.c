@@ -96,10 +96,12 @@ static VALUE native_start(int argc, VALUE *argv, VALUE self) {
   VALUE sample_every = argv[0], max_frames = argv[1], min_age = argv[2], track_sizes = argv[3];
   VALUE max_tracked_objects = argv[4], max_stacks = argv[5], slot_size = argv[6], max_overhead = argv[7];
   VALUE windowed = argv[8], window_share = argv[9], label_threads = argv[10], max_label_sets = argv[11];
-  capture_poll_ruby(); // first: what runs inside it may start capture (capture.h); the start checks none
+  // Everything that calls a method comes first: its interrupt checks may run code that starts capture
+  // (capture.h, capture_poll_ruby), and the start itself checks none.
+  capture_poll_ruby();
   settle();
-  if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
   long ractors = ractors_count();
+  if (capture_running()) rb_raise(eHeapscopeError, "heapscope is already running (call Heapscope.stop first)");
   if (ractors > 1) {
     rb_raise(eHeapscopeError, "heapscope cannot start while other Ractors run (%ld): it does not support Ractors", ractors - 1);
   }

@@ -59,6 +59,9 @@ void plan_reseed(sampling_plan *p, uint64_t mix) {
 
 // ---- Time ----
 
+// The enabled hook's measured cost per allocation, 0 until measured.
+static double hook_cost(const sampling_plan *p) { return p->hook_cost_nanos > 0.0 ? p->hook_cost_nanos : 0.0; }
+
 uint64_t plan_virtual_now(const sampling_plan *p, uint64_t now) { return now - __atomic_load_n(&p->own_nanos, __ATOMIC_RELAXED); }
 
 void plan_add_own_nanos(sampling_plan *p, uint64_t nanos) { __atomic_fetch_add(&p->own_nanos, nanos, __ATOMIC_RELAXED); }
@@ -69,7 +72,7 @@ void plan_add_own_nanos(sampling_plan *p, uint64_t nanos) { __atomic_fetch_add(&
 // could never flip off and the window stayed open for 97% of allocations.
 void plan_charge(sampling_plan *p, uint64_t started, uint64_t now) {
   uint64_t work = now - started;
-  double hook = p->uncharged_allocations * (p->hook_cost_nanos > 0 ? p->hook_cost_nanos : 0.0);
+  double hook = p->uncharged_allocations * hook_cost(p);
   uint64_t since = p->last_charged_nanos != 0 && now > p->last_charged_nanos ? now - p->last_charged_nanos : 0;
   double rest = since > work ? (double)(since - work) : 0.0;
   if (hook > 0.5 * rest) hook = 0.5 * rest;
@@ -207,7 +210,7 @@ uint64_t plan_close_window(sampling_plan *p, uint64_t virtual_now) {
 bool plan_density_due(const sampling_plan *p, uint64_t virtual_now) { return virtual_now >= p->next_density_check; }
 
 double plan_budget_share(const sampling_plan *p, double allocations_per_nano, double work_share) {
-  double full = allocations_per_nano * (p->hook_cost_nanos > 0.0 ? p->hook_cost_nanos : 0.0);
+  double full = allocations_per_nano * hook_cost(p);
   // What heapscope's own work took (sampling, sync jobs) is spent already; the hook gets at least a
   // quarter of the budget (beyond that the budget lowers the rate, budget.h), and aims at
   // PLAN_AUTO_SHARE_AIM of what is left: the enabled hook also costs what no clock here sees (the GC's
@@ -239,10 +242,10 @@ static bool choose_share(sampling_plan *p, uint64_t virtual_now, uint64_t vm) {
   double hook_seen = (double)(p->hook_allocations - p->checked_hook);
   p->checked_own = own;
   p->checked_hook = p->hook_allocations;
-  double work = own_work - hook_seen * (p->hook_cost_nanos > 0.0 ? p->hook_cost_nanos : 0.0);
+  double work = own_work - hook_seen * hook_cost(p);
   p->work_share = work > 0.0 ? work / ((double)elapsed + own_work) : 0.0;
   double density = (double)allocations / (double)elapsed;
-  p->hook_cost_share = density * (p->hook_cost_nanos > 0.0 ? p->hook_cost_nanos : 0.0);
+  p->hook_cost_share = density * hook_cost(p);
   double share = p->chain.share, wanted = plan_budget_share(p, density, p->work_share);
   if (wanted > share / 1.25 && wanted < share * 1.25) return false;
   if (wanted > 2.0 * share) wanted = 2.0 * share;
@@ -265,7 +268,7 @@ void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_all
   uint32_t old_window_every = schedule_window_every(&p->chain, every, p->seen_share);
   uint32_t old_strata_every[PLAN_MAX_STRATA];
   for (uint32_t i = 0; i < p->strata_count; i++) old_strata_every[i] = schedule_window_every(&p->chain, plan_stratum_every(p, i), p->seen_share);
-  bool share_changed = p->auto_share && p->windowed && choose_share(p, virtual_now, vm);
+  bool share_changed = p->auto_share && choose_share(p, virtual_now, vm); // (auto_share: windowed)
   if (vm > 0 && p->hook_allocations > 0) {
     // The share of the VM's allocations the hook saw, against the share it was meant to see (the same
     // when the share never moved): the chain's share times how much of its due the hook saw.
