@@ -41,7 +41,8 @@ def run(auto_focus)
     WATCH.keys.to_h do |line|
       site = leaks.find { |s| s["file"] == EXAMPLE && s["line"] == line }
       change = grew.find { |s| s["file"] == EXAMPLE && s["line"] == line }
-      [line, [site ? site["verdict"] : "absent", change ? change["verdict"] : "absent"]]
+      [line, [site ? site["verdict"] : "absent", change ? change["verdict"] : "absent",
+              site && site["trend_sigmas"], change && change["sigmas"]]]
     end
   end
 end
@@ -57,11 +58,11 @@ counts = { true => Hash.new(0), false => Hash.new(0) }
 RUNS.times do |i|
   [true, false].each do |auto|
     verdicts = run(auto)
-    verdicts.each do |line, (leak, change)|
+    verdicts.each do |line, (leak, change, _, _)|
       counts[auto][[line, "leaks: #{leak}"]] += 1
       counts[auto][[line, "diff: #{change}"]] += 1
     end
-    warn "run #{i + 1} auto_focus=#{auto}: #{verdicts.map { |l, v| "#{l}:#{v.join("/")}" }.join(" ")}"
+    warn "run #{i + 1} auto_focus=#{auto}: #{verdicts.map { |l, (a, b, za, zb)| "#{l}:#{a} #{za}/#{b} #{zb}" }.join(" ")}"
   end
 end
 puts "bench/auto_focus_verdicts: Ruby #{RUBY_VERSION}, #{RUNS} runs per mode, #{ROUNDS} snapshots of #{PER_ROUND} requests; " \

@@ -5,6 +5,9 @@
 #
 #   bundle exec ruby bench/same_run_diff.rb [RUNS] [default|always]
 #
+# "diff (one run)" is what `heapscope diff` prints since profiles say their run (run_id): the error
+# of what was sampled or lost between the two snapshots (Report::Persistence).
+#
 # Each fresh process keeps 3,000 Strings at a stable line, then 6,000 at a growing line, takes profile
 # A, keeps 4,000 more at the growing line over a second, takes profile B (churn throughout). Truth by
 # construction: the growing line changed by 4,000 Strings (memsize_of), the stable one by 0. Per line,
@@ -27,6 +30,7 @@ CHILD = <<~'RUBY'
   require "heapscope"
   require "heapscope/pprof"
   require "heapscope/report/diff"
+  require "heapscope/report/persistence"
   require "objspace"
   R = Heapscope::Report
   STABLE = []
@@ -67,7 +71,12 @@ CHILD = <<~'RUBY'
     independent = Math.sqrt((en ? sn.absolute_error(vn, ti).to_f : 0)**2 + (eb ? sb.absolute_error(vb, ti).to_f : 0)**2)
     parts = sn.mode == "windowed" ? sn.send(:variance_of, vn.zip(vb).map { |x, y| x - k * y }, ti) : nil
     parts &&= Math.sqrt(parts + (vb[ti] * (k - 1))**2)
-    puts [tag, t, vn[ti] - vb[ti], independent.round, parts ? parts.round : "-", k.round(4)].join(" ")
+    # What `heapscope diff` prints now: for one run, the error of what was sampled or lost between the
+    # snapshots (Report::Persistence).
+    report = R::Diff.report(a, b, n: 10_000)
+    row = (report["grew"] + report["shrank"]).find { |r| r["name"].end_with?(want) }
+    lin = row && report["one_run"] ? row["error"] : nil
+    puts [tag, t, vn[ti] - vb[ti], independent.round, parts ? parts.round : "-", k.round(4), lin ? lin.round : "-"].join(" ")
   end
 RUBY
 
@@ -80,22 +89,26 @@ RUNS.times do |r|
   out, err, status = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), child.path, MODE.to_s)
   abort "run #{r} failed: #{err}" unless status.success?
   out.each_line do |l|
-    tag, truth, change, ind, parts, k = l.split
-    rows[tag] << { truth: truth.to_i, change: change.to_i, ind: ind.to_f, parts: parts == "-" ? nil : parts.to_f, k: k.to_f }
+    tag, truth, change, ind, parts, k, lin = l.split
+    rows[tag] << { truth: truth.to_i, change: change.to_i, ind: ind.to_f, parts: parts == "-" ? nil : parts.to_f, k: k.to_f,
+                   lin: lin == "-" ? nil : lin.to_f }
   end
 end
 
 median = ->(xs) { xs.empty? ? nil : xs.sort[xs.size / 2] }
 covered = ->(rs, key) { rs.count { |r| r[key] && (r[:change] - r[:truth]).abs <= 2 * r[key] } }
 puts "Ruby #{RUBY_VERSION}, #{MODE}, #{RUNS} processes"
-puts format("%-7s %10s %12s %12s %16s %16s %10s", "line", "truth", "mean change", "sd change", "independent cov", "parts cov",
-            "k range")
+puts format("%-7s %10s %12s %12s %16s %16s %16s %10s", "line", "truth", "mean change", "sd change", "independent cov", "parts cov",
+            "diff (one run)", "k range")
 rows.each do |tag, rs|
   changes = rs.map { |r| r[:change] }
   mean = changes.sum.to_f / rs.size
   sd = Math.sqrt(changes.sum { |c| (c - mean)**2 } / [rs.size - 1, 1].max)
   parts = rs.count { |r| r[:parts] }
-  puts format("%-7s %10d %12d %12d %9d/%d (~%s) %9s (~%s) %4.2f-%4.2f", tag, rs[0][:truth], mean, sd, covered.(rs, :ind), rs.size,
+  lin = rs.count { |r| r[:lin] }
+  puts format("%-7s %10d %12d %12d %9d/%d (~%s) %9s (~%s) %9s (~%s) %4.2f-%4.2f", tag, rs[0][:truth], mean, sd, covered.(rs, :ind), rs.size,
               median.(rs.map { |r| r[:ind] }).round, parts.zero? ? "-" : "#{covered.(rs, :parts)}/#{parts}",
-              parts.zero? ? "-" : median.(rs.filter_map { |r| r[:parts] }).round, rs.map { |r| r[:k] }.min, rs.map { |r| r[:k] }.max)
+              parts.zero? ? "-" : median.(rs.filter_map { |r| r[:parts] }).round,
+              lin.zero? ? "-" : "#{covered.(rs, :lin)}/#{lin}", lin.zero? ? "-" : median.(rs.filter_map { |r| r[:lin] }).round,
+              rs.map { |r| r[:k] }.min, rs.map { |r| r[:k] }.max)
 end

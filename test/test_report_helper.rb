@@ -165,6 +165,17 @@ module ReportHelper
     [status, out.string, err.string]
   end
 
+  # Runs a workload script (source, given the directory as its argument) in a fresh Ruby with this
+  # checkout's lib, writing its profiles into @dir. Returns [the script's path, line of tag -> its
+  # line number].
+  def run_workload(source)
+    script = File.join(@dir, "workload.rb")
+    File.write(script, source)
+    out, status = Open3.capture2e(RbConfig.ruby, "-I", File.expand_path("../lib", __dir__), script, @dir)
+    assert status.success?, "workload failed (is the extension built? bundle exec rake compile):\n#{out}"
+    [script, ->(tag) { source.lines.index { |l| l.include?(tag) } + 1 }]
+  end
+
   # A report command's --json output, parsed; fails unless it exits 0 with nothing on stderr.
   def json(command, *args)
     status, out, err = run_cli(command, *args, "--json")

@@ -196,11 +196,7 @@ class TestReportLeaks < Minitest::Test
   RUBY
 
   def test_a_leaking_hash_line_in_a_real_process
-    script = File.join(@dir, "workload.rb")
-    File.write(script, WORKLOAD)
-    out, status = Open3.capture2e(RbConfig.ruby, "-I", File.expand_path("../lib", __dir__), script, @dir)
-    assert status.success?, "workload failed (is the extension built? bundle exec rake compile):\n#{out}"
-    line_of = ->(tag) { WORKLOAD.lines.index { |l| l.include?(tag) } + 1 }
+    script, line_of = run_workload(WORKLOAD)
     status, out, err = run_cli("leaks", @dir, "--json")
     assert_equal [0, ""], [status, err]
     sites = JSON.parse(out)["sites"]

@@ -32,17 +32,26 @@ class TestUI < Minitest::Test
 
   # The folder of periodic profiles, made once for every test of this file.
   def self.folder
-    @folder ||= begin
-      dir = Dir.mktmpdir("heapscope-ui-data")
-      at_exit { FileUtils.rm_rf(dir) }
-      File.write(File.join(dir, "leaky.rb"), LEAKY)
-      _, err, status = Open3.capture3({ "RUBYOPT" => nil, "HEAPSCOPE_DIR" => nil }, RbConfig.ruby, EXE, "run",
-                                      "--dir", File.join(dir, "prof"), "--interval", "0.2", "--sampling", "always",
-                                      "--sample-every", "50", "--", RbConfig.ruby, "leaky.rb", "2.5", chdir: dir)
-      raise "heapscope run failed: #{err}" unless status.success?
+    @folder ||= periodic_folder("heapscope-ui-data", "--sampling", "always", "--sample-every", "50")
+  end
 
-      File.join(dir, "prof")
-    end
+  # The same script's profiles at default settings (windowed on Ruby 3.3+: the leak verdicts' other
+  # path), made once.
+  def self.default_folder
+    @default_folder ||= periodic_folder("heapscope-ui-default")
+  end
+
+  # Runs LEAKY for 2.5 s under `heapscope run` with flags, a profile every 0.2 s; returns the folder.
+  def self.periodic_folder(prefix, *flags)
+    dir = Dir.mktmpdir(prefix)
+    at_exit { FileUtils.rm_rf(dir) }
+    File.write(File.join(dir, "leaky.rb"), LEAKY)
+    _, err, status = Open3.capture3({ "RUBYOPT" => nil, "HEAPSCOPE_DIR" => nil }, RbConfig.ruby, EXE, "run",
+                                    "--dir", File.join(dir, "prof"), "--interval", "0.2", *flags, "--",
+                                    RbConfig.ruby, "leaky.rb", "2.5", chdir: dir)
+    raise "heapscope run failed: #{err}" unless status.success?
+
+    File.join(dir, "prof")
   end
 
   def setup
@@ -122,6 +131,27 @@ class TestUI < Minitest::Test
     # Totals with errors, and the memory breakdown of each snapshot.
     assert series["snapshots"].all? { |s| s["total"].positive? && s["total_error"] >= 0 }
     assert series["snapshots"].last["memory"]&.key?("rss")
+  end
+
+  # The page's leak verdicts are `heapscope leaks`' over the same profiles: snapshots of one run judged
+  # by what changed between them (Report::Persistence), from the summaries alone; sampling always
+  # (T_var by gc_age) and at default settings (variance groups on Ruby 3.3+), and again from the
+  # summary cache.
+  def test_leak_verdicts_match_heapscope_leaks
+    [self.class.folder, self.class.default_folder].each do |folder|
+      out, err, status = Open3.capture3({ "RUBYOPT" => nil }, RbConfig.ruby, "-I", File.join(ROOT, "lib"), EXE, "leaks",
+                                        folder, "--json", "-n", "100")
+      assert status.success?, err
+      data = JSON.parse(out)
+      assert data["one_run"], "#{folder}: one run's snapshots"
+      cli = data["sites"].find { |r| r["name"].end_with?(LEAK_LINE) }
+      refute_nil cli, data["sites"].map { |r| r["name"] }.inspect
+      2.times do # the second server reads the summaries from the cache
+        series = get_json(serve(folders: [folder]), "/api/timeline")["series"].first
+        row = series["leaks"].find { |r| r["name"].end_with?(LEAK_LINE) }
+        assert_equal cli.values_at("verdict", "trend_sigmas", "rate_error"), row.values_at("verdict", "trend_sigmas", "rate_error"), folder
+      end
+    end
   end
 
   # A second server over the same folder reads the summaries back (one cache file per profile) and

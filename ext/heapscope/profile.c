@@ -34,6 +34,9 @@ void profile_get_timings(profile_timings *timings) { *timings = last; }
 
 // The profile's comments: the settings and every counter of what was dropped, so a reader of the
 // profile alone can tell how complete it is; windowed, the variance groups' allocations (variance.h).
+// "run_id=PID-START gc_count=N" lets a reader tell snapshots of one run (the same recorder: a sampled
+// object stays the same sample from one to the next) and which of a site's samples were already alive
+// at an earlier snapshot of it (gc_age >= the GCs between them + min_age): lib/heapscope/report/persistence.rb.
 static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
   const capture_config *c = capture_current_config();
   capture_stats cs;
@@ -42,7 +45,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
   recorder_get_stats(capture_recorder(), &rs);
   labelsets_stats ls = {0};
   if (capture_labels() != NULL) labelsets_get_stats(capture_labels(), &ls);
-  size_t size = 1856 + 2 * 24 * VARIANCE_GROUPS;
+  size_t size = 1920 + 2 * 24 * VARIANCE_GROUPS;
   char *text = malloc(size);
   if (text == NULL) return NULL;
   int used = snprintf(text, size,
@@ -54,7 +57,8 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=%s\n"
            "label_sets=%llu max_label_sets=%u label_sets_overflowed=%llu label_sets_dropped=%llu label_threads=%s\n"
            "share_auto=%s current_share=%g min_share=%g share_changes=%llu hook_cost_full_share=%.4f fpc_share=%g\n"
-           "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n",
+           "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n"
+           "run_id=%ld-%llu gc_count=%u\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
            (unsigned long long)cs.hook.samples_taken, (unsigned long long)rs.tracked_objects,
@@ -70,7 +74,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            (unsigned long long)ls.sets, ls.max_sets, (unsigned long long)ls.overflowed, (unsigned long long)ls.dropped,
            c->label_threads ? "true" : "false",
            cs.share_auto ? "true" : "false", cs.share, cs.min_share, (unsigned long long)cs.share_changes, cs.hook_cost_share,
-           cs.share_auto ? 0.0 : cs.share);
+           cs.share_auto ? 0.0 : cs.share, (long)getpid(), (unsigned long long)started_at_nanos, snapshot->gc_count);
   if (snapshot->has_groups && used > 0 && (size_t)used < size) {
     // Live objects' design (every window), then the allocation counters' (since Heapscope.reset).
     const group_design *designs[2] = {&snapshot->design, &snapshot->alloc_design};

@@ -35,8 +35,7 @@ static bool live_key_equals(const void *ctx, uint32_t id, const void *key) {
 // Measures every record, and sums those old enough for the profile per (stack, class, age bucket).
 // The walk always finishes (it also compacts out invalid records), even when memory runs short for
 // the grouping: then it returns false.
-static bool group_live_records(recorder *r, uint32_t min_age, live_groups *groups) {
-  uint32_t gc_now = (uint32_t)rb_gc_count();
+static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, live_groups *groups) {
   bool grouping = true;
   size_t kept = 0;
   for (size_t i = 0; i < r->record_count; i++) {
@@ -227,10 +226,11 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
   }
   recorder_check_suspects(r); // before sizing anything by record_count: it may finish a GC
   hs_snapshot *s = snapshot_new();
+  if (s != NULL) s->gc_count = (uint32_t)rb_gc_count();
   live_groups groups = {.groups = recorder_malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
   stack_resolver sr = {.r = r, .code_names = code_names, .snapshot = s, .labels = labels};
   bool ok = s != NULL && groups.groups != NULL && idindex_init(&groups.index, 64) &&
-            group_live_records(r, min_age, &groups);
+            group_live_records(r, min_age, s->gc_count, &groups);
   if (s != NULL && windowed) {
     s->has_groups = true;
     s->design = design;

@@ -60,6 +60,7 @@ typedef struct {
   bool allocs;      // an allocations profile: default_sample_type is alloc_space
   int64_t period;   // sample_every
   int64_t time_nanos, duration_nanos;
+  uint32_t gc_count; // rb_gc_count() when the live records were grouped: their gc_age labels count from it
   char *comments;   // NUL-terminated lines separated by '\n' (may be NULL), owned
   hs_group_totals *group_totals; // the samples' totals by variance group, owned
   size_t group_total_count, group_total_capacity;

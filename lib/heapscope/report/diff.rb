@@ -3,6 +3,7 @@
 require "heapscope/report/command"
 require "heapscope/report/flamegraph"
 require "heapscope/report/verdict"
+require "heapscope/report/persistence"
 
 module Heapscope
   module Report
@@ -76,6 +77,9 @@ module Heapscope
         every = s_new.rate_lowered? ? s_new.current_sample_every : s_new.sample_every
         new_sites = Sites.aggregate(newer, by, cum: [])
         base_sites = Sites.aggregate(base, by, cum: [])
+        one_run = one_run_columns(base, newer, s_base, s_new, bi, ti)
+        always = !one_run && Persistence.one_run?([base, newer]) && live?(base, newer, bi, ti) &&
+                 Persistence.always_change(base, newer, s_base, s_new, bi, ti, by)
         rows = (new_sites.keys | base_sites.keys).map do |key|
           e_new = new_sites[key]
           e_base = base_sites[key]
@@ -86,6 +90,8 @@ module Heapscope
           err_new = e_new ? s_new.absolute_error(e_new.flat, ti) : 0.0
           err_base = e_base ? s_base.absolute_error(e_base.flat, bi) : 0.0
           err = err_new && err_base ? Math.sqrt(err_new**2 + err_base**2) : nil
+          err = one_run_error(one_run, e_base, e_new, s_base, s_new) if one_run
+          err = Math.sqrt(always.call(err_base**2, err_new**2, key)) if always && err
           e = e_new || e_base
           change = v_new - v_base
           call = Verdict.change(change, err, v_base, v_new, every: every)
@@ -103,7 +109,7 @@ module Heapscope
           "base_file" => base_path, "new_file" => new_path, "sample_type" => name, "unit" => unit, "by" => by,
           "total_base" => whole_base.samples.sum { |s| s.values[bi] },
           "total_new" => whole_new.samples.sum { |s| s.values[ti] }, "sampling_base" => s_base.describe,
-          "sampling_new" => s_new.describe,
+          "sampling_new" => s_new.describe, "one_run" => !one_run.nil? || !!always,
           "labels" => Labels.summary([whole_base, whole_new]), "label_filter" => Labels.filter_json(labels || []),
           "selected_base" => base.samples.sum { |s| s.values[bi] }, "selected_new" => newer.samples.sum { |s| s.values[ti] },
           "grew" => rows.select { |r| r["change"].positive? }.sort_by { |r| [-r["change"], r["name"]] }.first(n),
@@ -111,6 +117,35 @@ module Heapscope
           "grew_total" => rows.count { |r| r["change"].positive? },
           "shrank_total" => rows.count { |r| r["change"].negative? },
         }
+      end
+
+      # Two snapshots of one run (Report::Persistence) share the samples of every object alive in both,
+      # so those cancel out of a change: windowed, its error is the random-groups error of the change's
+      # own parts (each profile's linearized by its own design); sampling always, the Bernoulli variance
+      # of what was sampled or lost between them (Persistence.always_change). Not the two errors in
+      # quadrature, which count the shared samples' luck twice (7.5x the real spread of a steady leak's
+      # change on Ruby 3.3: bench/same_run_diff.rb).
+      # Returns [base's group columns, new's] when that applies, else nil.
+      def self.one_run_columns(base, newer, s_base, s_new, bi, ti)
+        return nil unless Persistence.one_run?([base, newer]) && s_base.live_design && s_new.live_design
+        return nil unless live?(base, newer, bi, ti)
+
+        cols = [s_base.variance_columns(bi).drop(1), s_new.variance_columns(ti).drop(1)]
+        return nil unless cols.map(&:size).uniq == [s_new.live_design[:allocations].size]
+
+        cols
+      end
+
+      # True when both types compared are live values (the allocation counters follow another design).
+      def self.live?(base, newer, bi, ti)
+        [base.sample_types[bi][0], newer.sample_types[ti][0]].all? { |t| t.start_with?("inuse_") }
+      end
+
+      # The change's error for one run: see one_run_columns.
+      def self.one_run_error(cols, e_base, e_new, s_base, s_new)
+        parts = [[e_base, cols[0]], [e_new, cols[1]]].map { |e, c| e ? e.flat.values_at(*c).map(&:to_f) : nil }
+        design = s_new.live_design
+        Math.sqrt(Persistence.slope_variance([-1.0, 1.0], parts, [s_base.live_design, design], s_new.fpc, design[:groups]))
       end
 
       # Renders report's Hash as text.
@@ -152,6 +187,10 @@ module Heapscope
           advised.each { |r| lines << "  #{r["name"]}: #{Units.signed(r["change"], unit)} #{Units.abs_error(r["error"], unit)}: #{r["advice"]}" }
         end
         lines << ""
+        if data["one_run"]
+          lines << "(both profiles are of one run: the samples alive in both cancel out of a change, so its error " \
+                   "counts only what was sampled or lost between them)"
+        end
         lines << "(error: standard error of the change; verdict: the change in errors, 2σ or more is real; " \
                  "\"noise\": within twice its error; \"not enough evidence\": within it, but near it or with too few samples " \
                  "to tell. Whether a growth is a leak or churn takes more snapshots: heapscope leaks)"

@@ -3,6 +3,7 @@
 require "time"
 require "heapscope/report/command"
 require "heapscope/report/verdict"
+require "heapscope/report/persistence"
 
 module Heapscope
   module Report
@@ -117,7 +118,7 @@ module Heapscope
         points = series.map do |path, prof|
           ti = Sites.sample_index(prof, sample, path)
           t = prof.time_nanos.to_i.positive? ? prof.time_nanos / 1e9 : mtime(path)
-          { path: path, prof: Labels.select(prof, labels), ti: ti, time: t }
+          { path: path, prof: Labels.select(prof, labels), ti: ti, time: t, by: by }
         end
         if !labels.to_a.empty? && points.all? { |p| p[:prof].samples.empty? }
           raise Labels.no_match(wholes, labels, "the series (#{points.size} profiles)")
@@ -131,13 +132,16 @@ module Heapscope
         times = points.map { |p| (p[:time] - points.first[:time]) / 60.0 } # minutes since the first
         sites = {}
         points.each_with_index do |p, k|
-          site_values(p[:prof], by, p[:ti]) do |key, e, value, error|
-            s = sites[key] ||= { entry: e, values: Array.new(points.size, 0), errors: Array.new(points.size, 0.0) }
+          site_values(p[:prof], by, p[:ti]) do |key, e, value, error, parts|
+            s = sites[key] ||= { key: key, entry: e, values: Array.new(points.size, 0), errors: Array.new(points.size, 0.0),
+                                 parts: Array.new(points.size) }
             s[:values][k] = value
             s[:errors][k] = error
+            s[:parts][k] = parts
           end
         end
         ages = age_distribution(points.last, by)
+        one_run = Persistence.fill(points, times, sites)
 
         last_sampling = Sampling.new(points.last[:prof])
         every = last_sampling.rate_lowered? ? last_sampling.current_sample_every : last_sampling.sample_every
@@ -146,17 +150,20 @@ module Heapscope
           "profiles" => points.map { |p| { "file" => p[:path], "time" => Time.at(p[:time]).utc.iso8601 } },
           "minutes" => times.last.round(3), "sample_type" => name, "unit" => unit, "by" => by,
           "sampling" => Sampling.new(points.last[:prof]).describe, "old_age" => OLD_AGE,
-          "growing_total" => rows.size, "sites" => rows.first(n),
+          "growing_total" => rows.size, "sites" => rows.first(n), "one_run" => one_run,
           "labels" => Labels.summary(wholes), "label_filter" => Labels.filter_json(labels || []),
         }
       end
 
-      # Yields key, entry, value and its 1σ error (nil when unknown) for every site of prof grouped by by,
-      # of sample type index ti: one point of a site's series (here, and in `heapscope ui`'s summaries).
+      # Yields key, entry, value, its 1σ error (nil when unknown) and its parts by variance group (nil
+      # without them) for every site of prof grouped by by, of sample type index ti: one point of a
+      # site's series (here, and in `heapscope ui`'s summaries).
       def self.site_values(prof, by, ti)
         sampling = Sampling.new(prof)
+        groups = sampling.live_design ? sampling.variance_columns(ti).drop(1) : []
         Sites.aggregate(prof, by, cum: []).each do |key, e|
-          yield key, e, e.flat[ti], sampling.absolute_error(e.flat, ti)
+          parts = groups.empty? ? nil : e.flat.values_at(*groups).map(&:to_f)
+          yield key, e, e.flat[ti], sampling.absolute_error(e.flat, ti), parts
         end
       end
 
@@ -170,7 +177,7 @@ module Heapscope
           growth = s[:values].last - s[:values].first
           next if growth <= 0 # cheap, and such a site is left out below anyway: no trend to fit
 
-          trend = Verdict.trend(times, s[:values], s[:errors], every: every, unit: unit)
+          trend = Verdict.trend(times, s[:values], s[:errors], every: every, unit: unit, slope_variance: s[:slope_variance])
           rises = s[:values].each_cons(2).count { |a, b| b > a }
           steady = rises.to_f / intervals
           next if trend[:rate] <= 0

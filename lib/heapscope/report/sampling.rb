@@ -289,6 +289,18 @@ module Heapscope
         rel * values[type_index].abs
       end
 
+      # The live samples' variance design ({allocations: [A_g], total:, groups:}: the windows'
+      # allocations by variance group since start), or nil (not windowed, or no valid design).
+      def live_design
+        @design
+      end
+
+      # The finite-population correction of the random-groups variance: 1 - the share sampled.
+      def fpc
+        share = @fpc_share || @share
+        share && share < 1 ? 1 - share : 1.0
+      end
+
       private
 
       # The variance of type_index's value in a value vector (an Array or a Hash of columns): from its
@@ -332,14 +344,16 @@ module Heapscope
         r = total / design[:total]
         residuals = 0.0
         ys.each_with_index { |y, g| residuals += (y - r * a[g])**2 }
-        share = @fpc_share || @share
-        fpc = share && share < 1 ? 1 - share : 1.0
         df = [[groups, spanned].min.floor - 1, 1].max
         groups / (groups - 1.0) * fpc * residuals * (t_quantile(df) / 2.0)**2
       end
 
       # Student's t at 97.725% for df >= 1 degrees of freedom.
       def t_quantile(df)
+        Sampling.t_quantile(df)
+      end
+
+      def self.t_quantile(df)
         return T_SMALL[df] if df < T_SMALL.size
 
         z = 2.0

@@ -67,7 +67,10 @@ module Heapscope
       # scatter (sqrt(chi²/dof) of the residuals; nil when not computable), rate and rate_error (per
       # minute), point_error (the error of one snapshot now), and, from #advise, more_snapshots,
       # sample_every and advice.
-      def trend(t, y, err, every: nil, unit: "count")
+      #
+      # slope_variance: the slope's variance when the points' errors are not independent (snapshots of
+      # one run share their samples: Report::Persistence), used in place of the one propagated from err.
+      def trend(t, y, err, every: nil, unit: "count", slope_variance: nil)
         n = t.size
         tm = t.sum / n.to_f
         ym = y.sum.to_f / n
@@ -85,7 +88,9 @@ module Heapscope
         beyond = chi2 ? chi2 > chi2_99(dof) : false
         fit_err = dof.positive? ? Math.sqrt(resid.sum { |r| r * r } / dof / sxx) : nil
         rate_err =
-          if rho&.positive?
+          if slope_variance && rho&.positive?
+            Math.sqrt(slope_variance) * [1.0, scatter || 1.0].max
+          elsif rho&.positive?
             slope_error(t, tm, sxx, sigmas) * [1.0, scatter || 1.0].max
           else
             fit_err # exact counts (or unknown errors): only the scatter about the line says anything

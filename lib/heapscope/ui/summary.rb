@@ -2,6 +2,7 @@
 
 require "heapscope/report/command"
 require "heapscope/report/leaks"
+require "heapscope/report/persistence"
 
 module Heapscope
   module UI
@@ -54,14 +55,29 @@ module Heapscope
     # label_sets: the live bytes of each set of user labels (Heapscope.with_labels) the samples carry,
     # [[[key, value]...] sorted, value, 1σ error], the LABEL_SETS largest; label_rest: the bytes of the
     # sets left out. A label filter on the timeline (Timeline.build) sums the sets that carry it.
+    #
+    # run, persist and extras let the leak verdicts judge snapshots of one run by what changed between
+    # them, as `heapscope leaks` does (Report::Persistence): run is the profile's run id (nil without
+    # one); persist what the run's errors need, windowed {design: [A_g], total:, groups:, fpc:} or
+    # sampling always {gc:, min_age:} (nil: neither); extras, parallel to ids, each kept site's parts by
+    # variance group (windowed) or its {gc_age bucket => T_var} (always).
     Summary = Struct.new(:time, :total, :total_error, :unit, :every, :memory, :ids, :values, :errors, :top, :floor,
-                         :label_sets, :label_rest, keyword_init: true) do
+                         :label_sets, :label_rest, :run, :persist, :extras, keyword_init: true) do
       # [value, 1σ error] of site id in this snapshot.
       def at(id)
         i = ids.bsearch_index { |x| x >= id }
         return [values[i], errors[i]] if i && ids[i] == id
 
         floor.to_i.positive? ? [floor / 2.0, floor / Math.sqrt(12)] : [0, 0.0]
+      end
+
+      # Site id's extra (see persist): its parts or ages where kept; {} or nil (no parts) where the
+      # snapshot had no sample of it; :unknown where it was below the KEPT largest.
+      def extra(id)
+        i = ids.bsearch_index { |x| x >= id }
+        return extras && extras[i] if i && ids[i] == id
+
+        floor.to_i.positive? ? :unknown : nil
       end
 
       # [value, 1σ error, rest] of the samples carrying every label of filters (Report::Labels::Filter):
@@ -99,9 +115,14 @@ module Heapscope
       def call(prof, table, name:, fallback_time:)
         ti = Report::Sites.sample_index(prof, SAMPLE, name)
         unit = prof.sample_types[ti][1]
+        sampling = Report::Sampling.new(prof)
+        persist, ages = one_run(prof, ti, sampling)
         rows = []
-        Report::Leaks.site_values(prof, "line", ti) do |key, entry, value, error|
-          rows << [table.id(key, entry), value, (error || 0.0).to_f] unless value.zero?
+        Report::Leaks.site_values(prof, "line", ti) do |key, entry, value, error, parts|
+          next if value.zero?
+
+          extra = persist && (persist[:design] ? parts : ages.fetch(key, {}))
+          rows << [table.id(key, entry), value, (error || 0.0).to_f, extra]
         end
         # Sites are independent estimates: their errors add in quadrature.
         total_error = Math.sqrt(rows.sum { |r| r[2]**2 })
@@ -109,7 +130,6 @@ module Heapscope
         floor = rows.size > KEPT ? rows[KEPT][1] : 0
         top = rows.first(TOP).map(&:first)
         rows = rows.first(KEPT).sort_by!(&:first)
-        sampling = Report::Sampling.new(prof)
         sets = label_sets(prof, ti, sampling)
         Summary.new(
           time: prof.time_nanos.to_i.positive? ? prof.time_nanos / 1e9 : fallback_time,
@@ -117,9 +137,22 @@ module Heapscope
           total_error: total_error, floor: floor,
           every: sampling.rate_lowered? ? sampling.current_sample_every : sampling.sample_every,
           memory: Memory.of_profile(prof)&.transform_keys(&:to_s),
-          ids: rows.map(&:first), values: rows.map { |r| r[1] }, errors: rows.map(&:last),
-          top: top, label_sets: sets.first(LABEL_SETS), label_rest: sets.drop(LABEL_SETS).sum { |r| r[1] }
+          ids: rows.map(&:first), values: rows.map { |r| r[1] }, errors: rows.map { |r| r[2] },
+          top: top, label_sets: sets.first(LABEL_SETS), label_rest: sets.drop(LABEL_SETS).sum { |r| r[1] },
+          run: persist && Report::Persistence.run_id(prof), persist: persist, extras: persist && rows.map { |r| r[3] }
         )
+      end
+
+      # [persist, {site key => {gc_age bucket => T_var}} (sampling always)] for Summary (see there), or
+      # nil when the profile does not say its run.
+      def one_run(prof, ti, sampling)
+        return nil unless Report::Persistence.run_id(prof) && prof.sample_types[ti][0].start_with?("inuse_")
+
+        if (design = sampling.live_design)
+          [{ design: design[:allocations], total: design[:total], groups: design[:groups], fpc: sampling.fpc }, nil]
+        elsif sampling.variance? && (facts = Report::Persistence.gc_facts(prof))
+          [facts, Report::Persistence.ages(prof, "line", ti, sampling)]
+        end
       end
 
       # [[pairs, value, 1σ error]...] of the samples carrying user labels, grouped by their whole set of

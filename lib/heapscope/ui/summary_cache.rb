@@ -21,7 +21,7 @@ module Heapscope
     # written atomically and read only if regular and at most MAX_FILE bytes. A failure to read or
     # write the cache only costs the decode.
     class SummaryCache
-      FORMAT = 3 # 3: label sets
+      FORMAT = 4 # 3: label sets; 4: one run (run, persist, extras)
       VARIABLE = "HEAPSCOPE_UI_CACHE"
       # A summary keeps at most 300 sites (Summary): far below this.
       MAX_FILE = 16 * 1024 * 1024
@@ -61,14 +61,20 @@ module Heapscope
         errors = data["errors"].unpack1("m").unpack("E*")
         return nil unless ids.size == values.size && ids.size == errors.size
 
-        rows = ids.zip(values, errors).sort_by!(&:first)
+        persist = persist_of(data["persist"])
+        extras = extras_of(data["extras"], persist, ids.size)
+        return nil if persist && extras.nil?
+
+        rows = ids.each_index.map { |i| [ids[i], values[i], errors[i], extras && extras[i]] }.sort_by!(&:first)
         sets = label_sets(data["label_sets"])
         return nil unless sets
 
         Summary.new(time: data["time"], total: data["total"], total_error: data["total_error"], unit: data["unit"],
                     every: data["every"], memory: data["memory"], ids: rows.map(&:first), values: rows.map { |r| r[1] },
-                    errors: rows.map(&:last), top: data["top"].map { |i| ids[i] }, floor: data["floor"],
-                    label_sets: sets, label_rest: data["label_rest"].to_i)
+                    errors: rows.map { |r| r[2] }, top: data["top"].map { |i| ids[i] }, floor: data["floor"],
+                    label_sets: sets, label_rest: data["label_rest"].to_i,
+                    run: persist && data["run"].is_a?(String) ? data["run"] : nil, persist: persist,
+                    extras: persist && rows.map { |r| r[3] })
       rescue SystemCallError, IOError, JSON::ParserError, ArgumentError, TypeError, NoMethodError, UnsafeDirectoryError, LoadError
         nil
       end
@@ -85,6 +91,7 @@ module Heapscope
           "values" => [summary.values.pack("q<*")].pack("m0"), "errors" => [summary.errors.pack("E*")].pack("m0"),
           "top" => summary.top.map { |id| at[id] },
           "label_sets" => summary.label_sets || [], "label_rest" => summary.label_rest.to_i,
+          "run" => summary.run, "persist" => summary.persist, "extras" => extras_json(summary),
         }
         @out.write(name_for(path, stamp), JSON.generate(data))
       rescue StandardError, LoadError # LoadError: a build without the extension (AtomicWrite needs it)
@@ -92,6 +99,52 @@ module Heapscope
       end
 
       private
+
+      # Windowed: every site's parts, packed as doubles (nil parts as zeros); always: [[bucket, T_var]...]
+      # per site.
+      def extras_json(summary)
+        return nil unless summary.persist
+
+        if summary.persist[:design]
+          width = summary.persist[:design].size
+          [summary.extras.flat_map { |p| p || Array.new(width, 0.0) }.pack("E*")].pack("m0")
+        else
+          summary.extras.map { |a| (a || {}).to_a }
+        end
+      end
+
+      # The cached persist, checked (a cache file is input): nil when absent or malformed.
+      def persist_of(h)
+        return nil unless h.is_a?(Hash)
+
+        if h["design"].is_a?(Array)
+          design = h["design"]
+          return nil unless design.all?(Numeric) && h["total"].is_a?(Numeric) && h["groups"].is_a?(Integer) && h["fpc"].is_a?(Numeric)
+
+          { design: design.map(&:to_f), total: h["total"].to_f, groups: h["groups"], fpc: h["fpc"].to_f }
+        elsif h["gc"].is_a?(Integer) && h["min_age"].is_a?(Integer)
+          { gc: h["gc"], min_age: h["min_age"] }
+        end
+      end
+
+      # The cached extras for n sites under persist, checked: nil when malformed.
+      def extras_of(raw, persist, n)
+        return nil unless persist
+
+        if persist[:design]
+          width = persist[:design].size
+          flat = raw.is_a?(String) ? raw.unpack1("m").unpack("E*") : []
+          flat.size == n * width ? flat.each_slice(width).to_a : nil
+        else
+          return nil unless raw.is_a?(Array) && raw.size == n
+
+          raw.map do |pairs|
+            return nil unless pairs.is_a?(Array) && pairs.all? { |b, v| b.is_a?(Integer) && v.is_a?(Numeric) }
+
+            pairs.to_h { |b, v| [b, v.to_f] }
+          end
+        end
+      end
 
       # The label sets of a cache file, checked entry by entry (a cache file is input); nil when any
       # entry is not [[[key, value]...], Integer, Numeric].
