@@ -167,18 +167,56 @@ module Heapscope
         gc && min_age ? { gc: gc, min_age: min_age } : nil
       end
 
-      # {site key => {gc_age bucket => T_var}} of type ti in prof grouped by by.
+      # {site key => {gc_age bucket => T_var}} of type ti in prof grouped by by (one aggregation).
       def ages(prof, by, ti, sampling)
-        col = sampling.variance_columns(ti).first
-        out = Hash.new { |h, k| h[k] = Hash.new(0.0) }
-        return out if col.nil?
+        out = {}
+        split = AgeColumns.new(prof, ti, sampling)
+        return out unless split.any?
 
-        prof.samples.group_by { |s| bucket(s.labels["gc_age"]) }.each do |age, samples|
-          next if age.nil?
-
-          Sites.aggregate(prof, by, samples: samples, cum: []).each { |key, e| out[key][age] += e.flat[col].to_f }
-        end
+        Sites.aggregate(prof, by, cum: [], columns: split.columns).each { |key, e| out[key] = split.of(e.flat) }
         out
+      end
+
+      # AgeColumns splits each site's T_var by gc_age bucket inside an aggregation (Sites.aggregate's
+      # columns:), a column per bucket that occurs (at most 64: buckets are powers of two), so a reader
+      # that aggregates anyway gets them in the same pass.
+      class AgeColumns
+        def initialize(prof, ti, sampling)
+          @buckets = []
+          return if sampling.variance_columns(ti).empty?
+
+          @buckets = prof.samples.map { |s| Persistence.bucket(s.labels["gc_age"]) }.uniq.compact.sort
+          @index = @buckets.each_with_index.to_h
+          @label = Sampling.variance_label(prof.sample_types[ti][0])
+          @first = Sampling.variance_labels(prof).size + prof.sample_types.size
+        end
+
+        def any?
+          !@buckets.empty?
+        end
+
+        # [width, fill] for Sites.aggregate, or nil when there is nothing to split.
+        def columns
+          return nil unless any?
+
+          index = @index
+          label = @label
+          [@buckets.size, lambda do |sample, more|
+            i = index[Persistence.bucket(sample.labels["gc_age"])]
+            v = sample.labels[label]
+            more[i] = v if i && v.is_a?(Integer)
+          end]
+        end
+
+        # {bucket => T_var} of an aggregated value vector.
+        def of(flat)
+          out = {}
+          @buckets.each_with_index do |b, i|
+            v = flat[@first + i].to_f
+            out[b] = v unless v.zero?
+          end
+          out
+        end
       end
 
       # The power-of-two bucket of a gc_age label (heapscope's labels already are one), nil if none.

@@ -122,7 +122,11 @@ module Heapscope
       #
       # pace: called once per sample and per stack (a Heapscope::Pacer, when the application's threads
       # must get the GVL: ?debug=1 ranks on one of them), or nil.
-      def aggregate(prof, by, samples: prof.samples, cum: nil, pace: nil)
+      #
+      # columns: [width, block] for more columns after the variance columns, summed like them: the
+      # block fills a sample's (an Array of width zeros, given with the sample). Persistence splits a
+      # site's variance by gc_age so, in one pass instead of one per age.
+      def aggregate(prof, by, samples: prof.samples, cum: nil, pace: nil, columns: nil)
         key = Labels.by_key(by)
         unless BY.include?(by) || key
           raise Error, "--by must be one of #{BY.join(", ")} or label:KEY, got #{by.inspect}"
@@ -130,6 +134,11 @@ module Heapscope
 
         var = Sampling.variance_labels(prof)
         n = prof.sample_types.size + (var ? var.size : 0) # the width of a value vector
+        if columns
+          width, extra = columns
+          var = Extra.new(var, n, width, extra)
+          n += width
+        end
         return aggregate_label(samples, n, var, key, pace) if key
 
         # Location ids are 1..N in every writer we know: then an Array is the fastest map for values_at.
@@ -194,6 +203,17 @@ module Heapscope
         end
       end
 
+      # A sample's value vector with the variance labels (labels, or none) and then `width` more columns
+      # that the block fills (aggregate's columns:).
+      Extra = Struct.new(:labels, :base, :width, :fill) do
+        def of(sample)
+          values = labels ? Sampling.with_variances(sample, labels) : sample.values.dup
+          more = Array.new(width, 0)
+          fill.call(sample, more)
+          values.concat(more)
+        end
+      end
+
       # Counts cum for a stack with locations of several sites (inlined lines), without a step per site of
       # them: a location's sum is kept per location (deferred) and added to each of its sites once at the
       # end, so a location of 30,000 lines shared by 2,000 stacks costs 30,000 additions, not 60 million.
@@ -231,7 +251,7 @@ module Heapscope
           values = s.values
           next if values.all?(&:zero?)
 
-          values = Sampling.with_variances(s, var) if var
+          values = var.is_a?(Extra) ? var.of(s) : Sampling.with_variances(s, var) if var
           values = times(values, times)
           if (sum = sums[s.location_ids])
             i = 0
@@ -364,7 +384,7 @@ module Heapscope
           values = s.values
           next if values.all?(&:zero?)
 
-          values = Sampling.with_variances(s, var) if var
+          values = var.is_a?(Extra) ? var.of(s) : Sampling.with_variances(s, var) if var
           values = times(values, times)
 
           v = s.labels[key]

@@ -118,11 +118,8 @@ module Heapscope
         sampling = Report::Sampling.new(prof)
         persist, ages = one_run(prof, ti, sampling)
         rows = []
-        Report::Leaks.site_values(prof, "line", ti) do |key, entry, value, error, parts|
-          next if value.zero?
-
-          extra = persist && (persist[:design] ? parts : ages.fetch(key, {}))
-          rows << [table.id(key, entry), value, (error || 0.0).to_f, extra]
+        Report::Leaks.site_values(prof, "line", ti, sampling: sampling, ages: ages) do |key, entry, value, error, extra|
+          rows << [table.id(key, entry), value, (error || 0.0).to_f, persist && extra] unless value.zero?
         end
         # Sites are independent estimates: their errors add in quadrature.
         total_error = Math.sqrt(rows.sum { |r| r[2]**2 })
@@ -143,15 +140,15 @@ module Heapscope
         )
       end
 
-      # [persist, {site key => {gc_age bucket => T_var}} (sampling always)] for Summary (see there), or
-      # nil when the profile does not say its run.
+      # [persist, a Persistence::AgeColumns (sampling always: each site's variance by gc_age)] for
+      # Summary (see there), or nil when the profile does not say its run.
       def one_run(prof, ti, sampling)
         return nil unless Report::Persistence.run_id(prof) && prof.sample_types[ti][0].start_with?("inuse_")
 
         if (design = sampling.live_design)
           [{ design: design[:allocations], total: design[:total], groups: design[:groups], fpc: sampling.fpc }, nil]
         elsif sampling.variance? && (facts = Report::Persistence.gc_facts(prof))
-          [facts, Report::Persistence.ages(prof, "line", ti, sampling)]
+          [facts, Report::Persistence::AgeColumns.new(prof, ti, sampling)]
         end
       end
 
