@@ -77,9 +77,10 @@ module Heapscope
         every = s_new.rate_lowered? ? s_new.current_sample_every : s_new.sample_every
         new_sites = Sites.aggregate(newer, by, cum: [])
         base_sites = Sites.aggregate(base, by, cum: [])
-        one_run = one_run_columns(base, newer, s_base, s_new, bi, ti)
-        always = !one_run && Persistence.one_run?([base, newer]) && live?(base, newer, bi, ti) &&
-                 Persistence.always_change(base, newer, s_base, s_new, bi, ti, by)
+        pair = Persistence.one_run?([base, newer]) && live?(base, newer, bi, ti) &&
+               Persistence.pair(base, newer, s_base, s_new, bi, ti, by)
+        one_run = pair && one_run_columns(s_base, s_new, bi, ti)
+        always = pair && !one_run && s_base.variance? && s_new.variance? && !s_base.live_design && !s_new.live_design
         rows = (new_sites.keys | base_sites.keys).map do |key|
           e_new = new_sites[key]
           e_base = base_sites[key]
@@ -90,8 +91,9 @@ module Heapscope
           err_new = e_new ? s_new.absolute_error(e_new.flat, ti) : 0.0
           err_base = e_base ? s_base.absolute_error(e_base.flat, bi) : 0.0
           err = err_new && err_base ? Math.sqrt(err_new**2 + err_base**2) : nil
-          err = one_run_error(one_run, e_base, e_new, s_base, s_new) if one_run
-          err = Math.sqrt(always.call(err_base**2, err_new**2, key)) if always && err
+          if err && (one_run || always) && pair.lives_on?(key, v_base, v_new)
+            err = one_run ? one_run_error(one_run, e_base, e_new, s_base, s_new) : Math.sqrt(pair.always_variance(key, err_base**2, err_new**2))
+          end
           e = e_new || e_base
           change = v_new - v_base
           call = Verdict.change(change, err, v_base, v_new, every: every)
@@ -109,7 +111,7 @@ module Heapscope
           "base_file" => base_path, "new_file" => new_path, "sample_type" => name, "unit" => unit, "by" => by,
           "total_base" => whole_base.samples.sum { |s| s.values[bi] },
           "total_new" => whole_new.samples.sum { |s| s.values[ti] }, "sampling_base" => s_base.describe,
-          "sampling_new" => s_new.describe, "one_run" => !one_run.nil? || !!always,
+          "sampling_new" => s_new.describe, "one_run" => !!(one_run || always),
           "labels" => Labels.summary([whole_base, whole_new]), "label_filter" => Labels.filter_json(labels || []),
           "selected_base" => base.samples.sum { |s| s.values[bi] }, "selected_new" => newer.samples.sum { |s| s.values[ti] },
           "grew" => rows.select { |r| r["change"].positive? }.sort_by { |r| [-r["change"], r["name"]] }.first(n),
@@ -122,13 +124,13 @@ module Heapscope
       # Two snapshots of one run (Report::Persistence) share the samples of every object alive in both,
       # so those cancel out of a change: windowed, its error is the random-groups error of the change's
       # own parts (each profile's linearized by its own design); sampling always, the Bernoulli variance
-      # of what was sampled or lost between them (Persistence.always_change). Not the two errors in
-      # quadrature, which count the shared samples' luck twice (7.5x the real spread of a steady leak's
-      # change on Ruby 3.3: bench/same_run_diff.rb).
-      # Returns [base's group columns, new's] when that applies, else nil.
-      def self.one_run_columns(base, newer, s_base, s_new, bi, ti)
-        return nil unless Persistence.one_run?([base, newer]) && s_base.live_design && s_new.live_design
-        return nil unless live?(base, newer, bi, ti)
+      # of what was sampled or lost between them (Persistence::Pair). Not the two errors in quadrature,
+      # which count the shared samples' luck twice (7.5x the real spread of a steady leak's change on
+      # Ruby 3.3: bench/same_run_diff.rb). Only for a site whose samples mostly lived on from one to the
+      # other; one whose samples came and went keeps the two errors, which are right for it.
+      # Returns [base's group columns, new's] when the profiles are windowed, else nil.
+      def self.one_run_columns(s_base, s_new, bi, ti)
+        return nil unless s_base.live_design && s_new.live_design
 
         cols = [s_base.variance_columns(bi).drop(1), s_new.variance_columns(ti).drop(1)]
         return nil unless cols.map(&:size).uniq == [s_new.live_design[:allocations].size]

@@ -159,15 +159,13 @@ module Heapscope
       # without them) for every site of prof grouped by by, of sample type index ti: one point of a
       # site's series (here, and in `heapscope ui`'s summaries).
       #
-      # ages: a Persistence::AgeColumns, whose split of each site's variance by gc_age is then yielded in
-      # place of the parts (the same aggregation: `heapscope ui`'s summaries of profiles sampled always).
+      # ages: a Persistence::AgeColumns, whose split of each site's value and variance by gc_age is then
+      # yielded too, from the same aggregation (`heapscope ui`'s summaries).
       def self.site_values(prof, by, ti, sampling: Sampling.new(prof), ages: nil)
         groups = sampling.live_design ? sampling.variance_columns(ti).drop(1) : []
         Sites.aggregate(prof, by, cum: [], columns: ages&.columns).each do |key, e|
-          parts = if ages then ages.of(e.flat)
-                  elsif !groups.empty? then e.flat.values_at(*groups).map(&:to_f)
-                  end
-          yield key, e, e.flat[ti], sampling.absolute_error(e.flat, ti), parts
+          parts = groups.empty? ? nil : e.flat.values_at(*groups).map(&:to_f)
+          yield key, e, e.flat[ti], sampling.absolute_error(e.flat, ti), parts, ages&.of(e.flat)
         end
       end
 

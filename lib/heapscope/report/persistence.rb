@@ -41,12 +41,24 @@ module Heapscope
     # surviving sample's growth adds is at least (sqrt(var_i) - sqrt(var_old))^2, which counts when
     # it is the larger.
     #
+    # Both are for sites whose samples live on from one snapshot to the next (LIVES_ON of the
+    # earlier point's value is still there at the next, by the ages): a leak, a cache. A site whose
+    # samples come and go (a bounded cache whose entries are replaced between snapshots, request
+    # garbage) shares little, so its points' own errors are right for it, and exact sampling always;
+    # the groups' estimate of a change then rests on the few windows its samples came from, and read
+    # too narrow (a replaced cache was called a leak in 3 of 28 runs of examples/memo_cache.rb on 3.4).
+    #
     # What tells that the points are of one run: every heapscope profile says "run_id=PID-START
     # gc_count=N" (one recorder, so one set of samples and one numbering of windows; N is rb_gc_count()
     # when its samples' ages were taken). Without it the points' errors are used as before.
     module Persistence
       RUN = /\Arun_id=(\d{1,19}-\d{1,20}) gc_count=(\d{1,10})\s*\z/.freeze
       MIN_AGE = /\bmin_age=(\d{1,10})(?!\d)/.freeze
+      # The share of the earlier points' value that must still be there at the next ones: a leak keeps
+      # all of it (0.9 and more, measured: ages are in power-of-two buckets); a cache whose entries live
+      # two snapshots keeps half, and its change rests on few windows (at 0.5 such a cache was called a
+      # leak at 4.3σ in one of 10 runs of examples/memo_cache.rb on Ruby 3.4).
+      LIVES_ON = 0.8
 
       module_function
 
@@ -64,46 +76,49 @@ module Heapscope
         !ids.empty? && !ids.first.nil? && ids.uniq.size == 1
       end
 
-      # Sets :slope_variance on every site of a series of one run (see the module comment) and returns
-      # true; false (nothing set) otherwise. points: [{prof:, ti:}] in time order; times: their times;
-      # sites: {key => {key:, errors:, parts: [the site's group parts at each point, or nil where
-      # absent]}}.
+      # Sets :slope_variance on every site of a series of one run whose samples live on (see the module
+      # comment) and returns true; false (nothing set) when the series is not of one run. points:
+      # [{prof:, ti:, by:}] in time order; times: their times; sites: {key => {key:, values:, errors:,
+      # parts: [the site's group parts at each point, or nil where absent]}}.
       def fill(points, times, sites)
         return false unless one_run?(points.map { |p| p[:prof] })
         # Live values only: the allocation counters follow another design (since Heapscope.reset).
         return false unless points.all? { |p| p[:prof].sample_types[p[:ti]][0].start_with?("inuse_") }
 
         samplings = points.map { |p| Sampling.new(p[:prof]) }
+        facts = points.map { |p| gc_facts(p[:prof]) }
+        return false unless gc_series?(facts)
+
         designs = samplings.map(&:live_design)
-        return fill_always(points, times, sites, samplings) if designs.all?(&:nil?)
-        return false if designs.any?(&:nil?) || designs.map { |d| d[:allocations].size }.uniq.size != 1
+        windowed = designs.none?(&:nil?) && designs.map { |d| d[:allocations].size }.uniq.size == 1
+        return false unless windowed || (designs.all?(&:nil?) && samplings.all?(&:variance?))
 
-        w = slope_weights(times)
-        fpc = samplings.last.fpc
-        groups = designs.last[:groups]
+        ages = points.each_with_index.map { |p, l| ages(p[:prof], p[:by], p[:ti], samplings[l]) }
         sites.each_value do |s|
-          parts = s[:parts]
-          next if parts.nil? || parts.compact.any? { |ys| ys.size != designs.first[:allocations].size }
+          site_ages = ages.map { |a| a.fetch(s[:key], {}) }
+          next if s[:errors].any?(&:nil?) || !lives_on?(s[:values], site_ages, facts)
 
-          s[:slope_variance] = slope_variance(w, parts, designs, fpc, groups)
+          s[:slope_variance] =
+            if windowed
+              slope_variance(slope_weights(times), s[:parts], designs, samplings.last.fpc, designs.last[:groups])
+            else
+              steps_variance(times, s[:errors].map { |e| e * e }, site_ages, facts)
+            end
         end
         true
       end
 
-      # fill for profiles sampled always (T_var labels, no groups): see the module comment.
-      def fill_always(points, times, sites, samplings)
-        return false if samplings.any? { |s| !s.variance? }
-
-        facts = points.map { |p| gc_facts(p[:prof]) }
-        return false unless gc_series?(facts)
-
-        ages = points.each_with_index.map { |p, l| ages(p[:prof], p[:by], p[:ti], samplings[l]) }
-        sites.each_value do |s|
-          next if s[:errors].any?(&:nil?)
-
-          s[:slope_variance] = steps_variance(times, s[:errors].map { |e| e * e }, ages.map { |a| a.fetch(s[:key], {}) }, facts)
+      # True when at least LIVES_ON of the site's value at each point but the last was still there at
+      # the next, over the series: values its values, ages its {gc_age bucket => [value, T_var]} at each
+      # point, facts each point's {gc:, min_age:}.
+      def lives_on?(values, ages, facts)
+        before = lived = 0.0
+        (1...values.size).each do |l|
+          old = older(ages[l], facts[l][:gc] - facts[l - 1][:gc] + facts[l][:min_age], 0)
+          lived += [old, values[l - 1]].min
+          before += values[l - 1]
         end
-        true
+        before.positive? && lived >= LIVES_ON * before
       end
 
       # True when every point says its GC count and min_age, in an order that never goes back.
@@ -112,12 +127,12 @@ module Heapscope
       end
 
       # The slope's variance, sampling always, as the sum over steps (see the module comment): times of
-      # the points, var the site's variance at each, ages its {gc_age bucket => T_var} at each, facts
+      # the points, var the site's variance at each, ages its {gc_age bucket => [value, T_var]} at each, facts
       # each point's {gc:, min_age:}.
       def steps_variance(times, var, ages, facts)
         weights = step_weights(slope_weights(times))
         weights.each_index.sum do |i|
-          old = older_variance(ages[i + 1], facts[i + 1][:gc] - facts[i][:gc] + facts[i + 1][:min_age])
+          old = older(ages[i + 1], facts[i + 1][:gc] - facts[i][:gc] + facts[i + 1][:min_age], 1)
           born = [var[i + 1] - old, 0.0].max
           lost = [var[i] - old, (Math.sqrt(var[i]) - Math.sqrt([old, 0.0].max))**2].max
           weights[i]**2 * (born + lost)
@@ -136,23 +151,33 @@ module Heapscope
         out
       end
 
-      # For a diff of two profiles of one run sampled always: a lambda (base site variance, new site
-      # variance, site key) -> the change's variance (what was sampled or lost between them: the steps'
-      # variance of the module comment, exact for one step), or nil when that does not apply. The later
-      # profile (by GC count) says which samples were in both, whichever was given first.
-      def always_change(base, newer, s_base, s_new, bi, ti, by)
-        return nil unless s_base.variance? && s_new.variance? && !s_base.live_design && !s_new.live_design
-
+      # For a diff of two profiles of one run: a Pair that says, per site, whether its samples lived on
+      # from the earlier profile to the later (by GC count, whichever was given first), and, sampling
+      # always, the change's variance; nil without the GC counts.
+      def pair(base, newer, s_base, s_new, bi, ti, by)
         fa = gc_facts(base)
         fb = gc_facts(newer)
         return nil unless fa && fb
 
-        later, f_early, f_late, s_late, t_late = fb[:gc] >= fa[:gc] ? [newer, fa, fb, s_new, ti] : [base, fb, fa, s_base, bi]
-        ages = ages(later, by, t_late, s_late)
-        threshold = f_late[:gc] - f_early[:gc] + f_late[:min_age]
-        lambda do |var_base, var_new, key|
-          var_early, var_late = later.equal?(newer) ? [var_base, var_new] : [var_new, var_base]
-          old = older_variance(ages.fetch(key, {}), threshold)
+        later_is_new = fb[:gc] >= fa[:gc]
+        later, s_late, t_late = later_is_new ? [newer, s_new, ti] : [base, s_base, bi]
+        threshold = [fa[:gc], fb[:gc]].max - [fa[:gc], fb[:gc]].min + (later_is_new ? fb : fa)[:min_age]
+        Pair.new(ages(later, by, t_late, s_late), threshold, later_is_new)
+      end
+
+      # See pair. ages: the later profile's {key => {bucket => [value, T_var]}}.
+      Pair = Struct.new(:ages, :threshold, :later_is_new) do
+        # True when at least LIVES_ON of the earlier profile's value of site key is in the later one.
+        def lives_on?(key, v_base, v_new)
+          early = later_is_new ? v_base : v_new
+          early.positive? && Persistence.older(ages.fetch(key, {}), threshold, 0) >= LIVES_ON * early
+        end
+
+        # The change's variance sampling always (the steps' variance of the module comment, exact for
+        # one step), from the two sides' variances.
+        def always_variance(key, var_base, var_new)
+          var_early, var_late = later_is_new ? [var_base, var_new] : [var_new, var_base]
+          old = Persistence.older(ages.fetch(key, {}), threshold, 1)
           [var_late - old, 0.0].max + [var_early - old, (Math.sqrt(var_early) - Math.sqrt([old, 0.0].max))**2].max
         end
       end
@@ -167,7 +192,8 @@ module Heapscope
         gc && min_age ? { gc: gc, min_age: min_age } : nil
       end
 
-      # {site key => {gc_age bucket => T_var}} of type ti in prof grouped by by (one aggregation).
+      # {site key => {gc_age bucket => [value, T_var]}} of type ti in prof grouped by by (one
+      # aggregation; T_var 0 without variance labels).
       def ages(prof, by, ti, sampling)
         out = {}
         split = AgeColumns.new(prof, ti, sampling)
@@ -177,18 +203,16 @@ module Heapscope
         out
       end
 
-      # AgeColumns splits each site's T_var by gc_age bucket inside an aggregation (Sites.aggregate's
-      # columns:), a column per bucket that occurs (at most 64: buckets are powers of two), so a reader
-      # that aggregates anyway gets them in the same pass.
+      # AgeColumns splits each site's value and T_var by gc_age bucket inside an aggregation
+      # (Sites.aggregate's columns:), two columns per bucket that occurs (at most 64 buckets: they are
+      # powers of two), so a reader that aggregates anyway gets them in the same pass.
       class AgeColumns
         def initialize(prof, ti, sampling)
-          @buckets = []
-          return if sampling.variance_columns(ti).empty?
-
           @buckets = prof.samples.map { |s| Persistence.bucket(s.labels["gc_age"]) }.uniq.compact.sort
           @index = @buckets.each_with_index.to_h
-          @label = Sampling.variance_label(prof.sample_types[ti][0])
-          @first = Sampling.variance_labels(prof).size + prof.sample_types.size
+          @ti = ti
+          @label = sampling.variance_columns(ti).empty? ? nil : Sampling.variance_label(prof.sample_types[ti][0])
+          @first = (Sampling.variance_labels(prof)&.size || 0) + prof.sample_types.size
         end
 
         def any?
@@ -201,19 +225,24 @@ module Heapscope
 
           index = @index
           label = @label
-          [@buckets.size, lambda do |sample, more|
-            i = index[Persistence.bucket(sample.labels["gc_age"])]
-            v = sample.labels[label]
-            more[i] = v if i && v.is_a?(Integer)
+          ti = @ti
+          n = @buckets.size
+          [2 * n, lambda do |sample, more|
+            i = index[Persistence.bucket(sample.labels["gc_age"])] or next
+            more[i] = sample.values[ti]
+            v = label && sample.labels[label]
+            more[n + i] = v if v.is_a?(Integer)
           end]
         end
 
-        # {bucket => T_var} of an aggregated value vector.
+        # {bucket => [value, T_var]} of an aggregated value vector.
         def of(flat)
           out = {}
+          n = @buckets.size
           @buckets.each_with_index do |b, i|
-            v = flat[@first + i].to_f
-            out[b] = v unless v.zero?
+            value = flat[@first + i].to_f
+            var = flat[@first + n + i].to_f
+            out[b] = [value, var] unless value.zero? && var.zero?
           end
           out
         end
@@ -235,9 +264,10 @@ module Heapscope
         (2 * b - a).to_f / b
       end
 
-      # The variance of a site's age parts at or above threshold a: its samples that were already alive.
-      def older_variance(parts, a)
-        parts.sum { |b, var| share_at_least(b, a) * var }
+      # The value (k = 0) or T_var (k = 1) of a site's age parts ({bucket => [value, T_var]}) at or
+      # above threshold a: of its samples that were already alive then.
+      def older(parts, a, k)
+        parts.sum { |b, pair| share_at_least(b, a) * pair[k] }
       end
 
       # The least-squares slope's weights (t_l - mean) / sxx.
@@ -247,7 +277,11 @@ module Heapscope
         t.map { |x| sxx.positive? ? (x - tm) / sxx : 0.0 }
       end
 
-      # The random-groups variance of sum_l w_l y_l (see the module comment).
+      # The random-groups variance of sum_l w_l y_l (see the module comment), widened by Student's t at
+      # the groups its parts span, as a point's is; spanning fewer than 1.5, its error is its own size
+      # (+-100%), as for a point. (Counting the groups from the site's own parts alone, without the
+      # R_l A_lg term that spreads the design's luck over every group, was tried: errors 1.3-2x wider
+      # for sites of few windows, and no fewer false leaks on examples/memo_cache.rb.)
       def slope_variance(w, parts, designs, fpc, groups)
         e = Array.new(designs.first[:allocations].size, 0.0)
         parts.each_with_index do |ys, l|

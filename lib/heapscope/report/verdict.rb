@@ -69,7 +69,8 @@ module Heapscope
       # sample_every and advice.
       #
       # slope_variance: the slope's variance when the points' errors are not independent (snapshots of
-      # one run share their samples: Report::Persistence), used in place of the one propagated from err.
+      # one run share their samples: Report::Persistence), used in place of the one propagated from err
+      # (and not widened by the points' scatter, which their independence was what made a measure of).
       def trend(t, y, err, every: nil, unit: "count", slope_variance: nil)
         n = t.size
         tm = t.sum / n.to_f
@@ -89,7 +90,10 @@ module Heapscope
         fit_err = dof.positive? ? Math.sqrt(resid.sum { |r| r * r } / dof / sxx) : nil
         rate_err =
           if slope_variance && rho&.positive?
-            Math.sqrt(slope_variance) * [1.0, scatter || 1.0].max
+            # Not widened by the scatter: the points of one run are not independent, so their scatter
+            # about the line is no measure of the slope's error (a leak's growth that came in bursts
+            # is still growth), and the slope's variance is the design's own (Persistence).
+            Math.sqrt(slope_variance)
           elsif rho&.positive?
             slope_error(t, tm, sxx, sigmas) * [1.0, scatter || 1.0].max
           else

@@ -58,9 +58,9 @@ module Heapscope
     #
     # run, persist and extras let the leak verdicts judge snapshots of one run by what changed between
     # them, as `heapscope leaks` does (Report::Persistence): run is the profile's run id (nil without
-    # one); persist what the run's errors need, windowed {design: [A_g], total:, groups:, fpc:} or
-    # sampling always {gc:, min_age:} (nil: neither); extras, parallel to ids, each kept site's parts by
-    # variance group (windowed) or its {gc_age bucket => T_var} (always).
+    # one); persist what the run's errors need, {gc:, min_age:} and, windowed, {design: [A_g], total:,
+    # groups:, fpc:} (nil: neither); extras, parallel to ids, each kept site's [its parts by variance
+    # group (windowed, else nil), its {gc_age bucket => [value, T_var]}].
     Summary = Struct.new(:time, :total, :total_error, :unit, :every, :memory, :ids, :values, :errors, :top, :floor,
                          :label_sets, :label_rest, :run, :persist, :extras, keyword_init: true) do
       # [value, 1σ error] of site id in this snapshot.
@@ -71,13 +71,13 @@ module Heapscope
         floor.to_i.positive? ? [floor / 2.0, floor / Math.sqrt(12)] : [0, 0.0]
       end
 
-      # Site id's extra (see persist): its parts or ages where kept; {} or nil (no parts) where the
-      # snapshot had no sample of it; :unknown where it was below the KEPT largest.
+      # Site id's extra (see persist): [parts, ages] where kept; [nil, {}] where the snapshot had no
+      # sample of it; :unknown where it was below the KEPT largest.
       def extra(id)
         i = ids.bsearch_index { |x| x >= id }
-        return extras && extras[i] if i && ids[i] == id
+        return (extras && extras[i]) || [nil, {}] if i && ids[i] == id
 
-        floor.to_i.positive? ? :unknown : nil
+        floor.to_i.positive? ? :unknown : [nil, {}]
       end
 
       # [value, 1σ error, rest] of the samples carrying every label of filters (Report::Labels::Filter):
@@ -118,8 +118,8 @@ module Heapscope
         sampling = Report::Sampling.new(prof)
         persist, ages = one_run(prof, ti, sampling)
         rows = []
-        Report::Leaks.site_values(prof, "line", ti, sampling: sampling, ages: ages) do |key, entry, value, error, extra|
-          rows << [table.id(key, entry), value, (error || 0.0).to_f, persist && extra] unless value.zero?
+        Report::Leaks.site_values(prof, "line", ti, sampling: sampling, ages: ages) do |key, entry, value, error, parts, aged|
+          rows << [table.id(key, entry), value, (error || 0.0).to_f, persist && [parts, aged || {}]] unless value.zero?
         end
         # Sites are independent estimates: their errors add in quadrature.
         total_error = Math.sqrt(rows.sum { |r| r[2]**2 })
@@ -140,15 +140,17 @@ module Heapscope
         )
       end
 
-      # [persist, a Persistence::AgeColumns (sampling always: each site's variance by gc_age)] for
-      # Summary (see there), or nil when the profile does not say its run.
+      # [persist, a Persistence::AgeColumns (each site's value and variance by gc_age)] for Summary (see
+      # there), or nil when the profile does not say its run.
       def one_run(prof, ti, sampling)
         return nil unless Report::Persistence.run_id(prof) && prof.sample_types[ti][0].start_with?("inuse_")
 
+        facts = Report::Persistence.gc_facts(prof) or return nil
+        ages = Report::Persistence::AgeColumns.new(prof, ti, sampling)
         if (design = sampling.live_design)
-          [{ design: design[:allocations], total: design[:total], groups: design[:groups], fpc: sampling.fpc }, nil]
-        elsif sampling.variance? && (facts = Report::Persistence.gc_facts(prof))
-          [facts, Report::Persistence::AgeColumns.new(prof, ti, sampling)]
+          [facts.merge(design: design[:allocations], total: design[:total], groups: design[:groups], fpc: sampling.fpc), ages]
+        elsif sampling.variance?
+          [facts, ages]
         end
       end
 

@@ -100,50 +100,51 @@ module Heapscope
 
       private
 
-      # Windowed: every site's parts, packed as doubles (nil parts as zeros); always: [[bucket, T_var]...]
-      # per site.
+      # Every site's [parts packed as doubles (windowed; nil parts as zeros), [[bucket, value, T_var]...]]
+      # as {"parts" => base64 or nil, "ages" => [...]}.
       def extras_json(summary)
         return nil unless summary.persist
 
-        if summary.persist[:design]
-          width = summary.persist[:design].size
-          [summary.extras.flat_map { |p| p || Array.new(width, 0.0) }.pack("E*")].pack("m0")
-        else
-          summary.extras.map { |a| (a || {}).to_a }
-        end
+        packed = if summary.persist[:design]
+                   width = summary.persist[:design].size
+                   [summary.extras.flat_map { |p, _| p || Array.new(width, 0.0) }.pack("E*")].pack("m0")
+                 end
+        { "parts" => packed, "ages" => summary.extras.map { |_, a| (a || {}).map { |b, (v, var)| [b, v, var] } } }
       end
 
       # The cached persist, checked (a cache file is input): nil when absent or malformed.
       def persist_of(h)
-        return nil unless h.is_a?(Hash)
+        return nil unless h.is_a?(Hash) && h["gc"].is_a?(Integer) && h["min_age"].is_a?(Integer)
 
-        if h["design"].is_a?(Array)
-          design = h["design"]
-          return nil unless design.all?(Numeric) && h["total"].is_a?(Numeric) && h["groups"].is_a?(Integer) && h["fpc"].is_a?(Numeric)
+        facts = { gc: h["gc"], min_age: h["min_age"] }
+        return facts unless h.key?("design")
 
-          { design: design.map(&:to_f), total: h["total"].to_f, groups: h["groups"], fpc: h["fpc"].to_f }
-        elsif h["gc"].is_a?(Integer) && h["min_age"].is_a?(Integer)
-          { gc: h["gc"], min_age: h["min_age"] }
-        end
+        design = h["design"]
+        ok = design.is_a?(Array) && design.all?(Numeric) && h["total"].is_a?(Numeric) && h["groups"].is_a?(Integer) &&
+             h["fpc"].is_a?(Numeric)
+        return nil unless ok
+
+        facts.merge(design: design.map(&:to_f), total: h["total"].to_f, groups: h["groups"], fpc: h["fpc"].to_f)
       end
 
-      # The cached extras for n sites under persist, checked: nil when malformed.
+      # The cached extras of n sites under persist, checked: nil when malformed.
       def extras_of(raw, persist, n)
-        return nil unless persist
+        return nil unless persist && raw.is_a?(Hash) && raw["ages"].is_a?(Array) && raw["ages"].size == n
 
+        parts = Array.new(n)
         if persist[:design]
           width = persist[:design].size
-          flat = raw.is_a?(String) ? raw.unpack1("m").unpack("E*") : []
-          flat.size == n * width ? flat.each_slice(width).to_a : nil
-        else
-          return nil unless raw.is_a?(Array) && raw.size == n
+          flat = raw["parts"].is_a?(String) ? raw["parts"].unpack1("m").unpack("E*") : []
+          return nil unless flat.size == n * width
 
-          raw.map do |pairs|
-            return nil unless pairs.is_a?(Array) && pairs.all? { |b, v| b.is_a?(Integer) && v.is_a?(Numeric) }
-
-            pairs.to_h { |b, v| [b, v.to_f] }
-          end
+          parts = flat.each_slice(width).to_a
         end
+        ages = raw["ages"].map do |list|
+          return nil unless list.is_a?(Array) && list.all? { |e| e.is_a?(Array) && e.size == 3 && e[0].is_a?(Integer) && e[1..].all?(Numeric) }
+
+          list.to_h { |b, v, var| [b, [v.to_f, var.to_f]] }
+        end
+        parts.zip(ages)
       end
 
       # The label sets of a cache file, checked entry by entry (a cache file is input); nil when any

@@ -83,24 +83,28 @@ module Heapscope
         peak.max_by(DRAWN) { |id, v| [v, -id] }.map(&:first)
       end
 
-      # The slope's variance of site id when the summaries are of one run and say what it needs (as
-      # `heapscope leaks` computes it: Report::Persistence), else nil (the points' own errors). A site
-      # below a snapshot's kept largest has no parts there: nil too.
-      def one_run_variance(sums, id, times, errors)
+      # The slope's variance of site id when the summaries are of one run, say what it needs and the
+      # site's samples live on (as `heapscope leaks` computes it: Report::Persistence), else nil (the
+      # points' own errors). A site below a snapshot's kept largest has no parts there: nil too.
+      def one_run_variance(sums, id, times, values, errors)
         run = sums.first.run
         return nil unless run && sums.all? { |s| s.run == run && s.persist }
 
+        facts = sums.map(&:persist)
         extras = sums.map { |s| s.extra(id) }
-        return nil if extras.include?(:unknown)
+        return nil if extras.include?(:unknown) || !Report::Persistence.gc_series?(facts)
 
-        if sums.all? { |s| s.persist[:design] }
-          designs = sums.map { |s| { allocations: s.persist[:design], total: s.persist[:total] } }
+        ages = extras.map(&:last)
+        return nil unless Report::Persistence.lives_on?(values, ages, facts)
+
+        if facts.all? { |f| f[:design] }
+          designs = facts.map { |f| { allocations: f[:design], total: f[:total] } }
           return nil unless designs.map { |d| d[:allocations].size }.uniq.size == 1
 
-          last = sums.last.persist
-          Report::Persistence.slope_variance(Report::Persistence.slope_weights(times), extras, designs, last[:fpc], last[:groups])
-        elsif sums.none? { |s| s.persist[:design] } && Report::Persistence.gc_series?(sums.map(&:persist))
-          Report::Persistence.steps_variance(times, errors.map { |e| e * e }, extras.map { |a| a || {} }, sums.map(&:persist))
+          Report::Persistence.slope_variance(Report::Persistence.slope_weights(times), extras.map(&:first), designs,
+                                             facts.last[:fpc], facts.last[:groups])
+        elsif facts.none? { |f| f[:design] }
+          Report::Persistence.steps_variance(times, errors.map { |e| e * e }, ages, facts)
         end
       end
 
@@ -114,9 +118,10 @@ module Heapscope
         times = sums.map { |s| (s.time - first.time) / 60.0 }
         sites = candidates.to_h do |id|
           points = sums.map { |sum| sum.at(id) }
+          values = points.map(&:first)
           errors = points.map(&:last)
-          [id, { entry: table[id], values: points.map(&:first), errors: errors,
-                 slope_variance: one_run_variance(sums, id, times, errors) }]
+          [id, { entry: table[id], values: values, errors: errors,
+                 slope_variance: one_run_variance(sums, id, times, values, errors) }]
         end
         every = last.every
         rows = Report::Leaks.rank(sites, times, every: every, unit: last.unit)
