@@ -210,24 +210,12 @@ module Heapscope
         rows.sort_by! { |r| [ORDER.fetch(r["verdict"]), r["verdict"] == Verdict::UNCLEAR ? -(r["trend_sigmas"] || 0) : -r["rate_per_minute"], r["name"]] }
       end
 
-      # {site key => {gc_age bucket => value}} of the newest profile (empty without gc_age labels).
-      # Ages are taken down to their power-of-two bucket, which heapscope's labels already are: at most
-      # 65 passes over the samples, however many distinct ages a profile makes up.
+      # {site key => {gc_age bucket => value}} of the newest profile (empty without gc_age labels): its
+      # ages as Persistence splits them (power-of-two buckets, which heapscope's labels already are; no
+      # GC age is negative, such a label counts as 0), in one aggregation, shared with Persistence.fill.
       def self.age_distribution(point, by)
-        prof = point[:prof]
-        out = Hash.new { |h, k| h[k] = Hash.new(0) }
-        by_age = prof.samples.group_by do |s|
-          age = s.labels["gc_age"]
-          next age unless age.is_a?(Integer)
-
-          age.positive? ? 1 << (age.bit_length - 1) : 0 # (no GC age is negative; such a label counts as 0)
-        end
-        by_age.each do |age, samples|
-          next unless age.is_a?(Integer)
-
-          Sites.aggregate(prof, by, samples: samples, cum: []).each { |key, e| out[key][age] += e.flat[point[:ti]] }
-        end
-        out
+        point[:by] ||= by
+        Persistence.point_ages(point).transform_values { |parts| parts.transform_values(&:first) }
       end
 
       # R² of the least-squares line through (t, y) with slope rate; nil for a constant series.

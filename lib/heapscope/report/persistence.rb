@@ -93,19 +93,33 @@ module Heapscope
         windowed = designs.none?(&:nil?) && designs.map { |d| d[:allocations].size }.uniq.size == 1
         return false unless windowed || (designs.all?(&:nil?) && samplings.all?(&:variance?))
 
-        ages = points.each_with_index.map { |p, l| ages(p[:prof], p[:by], p[:ti], samplings[l]) }
+        ages = points.each_with_index.map { |p, l| point_ages(p, samplings[l]) }
+        fpc = samplings.last.fpc
         sites.each_value do |s|
-          site_ages = ages.map { |a| a.fetch(s[:key], {}) }
-          next if s[:errors].any?(&:nil?) || !lives_on?(s[:values], site_ages, facts)
+          next if s[:errors].any?(&:nil?)
 
-          s[:slope_variance] =
-            if windowed
-              slope_variance(slope_weights(times), s[:parts], designs, samplings.last.fpc, designs.last[:groups])
-            else
-              steps_variance(times, s[:errors].map { |e| e * e }, site_ages, facts)
-            end
+          s[:slope_variance] = series_variance(times, s[:values], s[:errors], ages.map { |a| a.fetch(s[:key], {}) }, facts,
+                                               parts: s[:parts], designs: windowed ? designs : nil, fpc: fpc)
         end
         true
+      end
+
+      # The slope's variance of one site over a series of one run (fill, and `heapscope ui`'s summaries),
+      # or nil when its samples do not live on: times, its values, errors and ages ({gc_age bucket =>
+      # [value, T_var]}) at each point, each point's facts ({gc:, min_age:}); windowed, its parts at each
+      # point (nil where absent), the points' designs and the last one's fpc (designs nil: sampling
+      # always).
+      def series_variance(times, values, errors, ages, facts, parts: nil, designs: nil, fpc: 1.0)
+        return nil unless lives_on?(values, ages, facts)
+        return steps_variance(times, errors.map { |e| e * e }, ages, facts) unless designs
+
+        slope_variance(slope_weights(times), parts, designs, fpc, designs.last[:groups])
+      end
+
+      # The samples' ages of a point ({prof:, ti:, by:}), computed once per point (leaks' age column
+      # reads the newest point's too).
+      def point_ages(point, sampling = Sampling.new(point[:prof]))
+        point[:ages] ||= ages(point[:prof], point[:by], point[:ti], sampling)
       end
 
       # True when at least LIVES_ON of the site's value at each point but the last was still there at
@@ -114,11 +128,24 @@ module Heapscope
       def lives_on?(values, ages, facts)
         before = lived = 0.0
         (1...values.size).each do |l|
-          old = older(ages[l], facts[l][:gc] - facts[l - 1][:gc] + facts[l][:min_age], 0)
+          old = older(ages[l], threshold(facts[l - 1], facts[l]), 0)
           lived += [old, values[l - 1]].min
           before += values[l - 1]
         end
         before.positive? && lived >= LIVES_ON * before
+      end
+
+      # The gc_age a sample of the later snapshot has at least when it was already in the earlier one:
+      # the GCs between them and the later one's min_age.
+      def threshold(early, late)
+        late[:gc] - early[:gc] + late[:min_age]
+      end
+
+      # The variance of one step, sampling always: what the later snapshot holds beyond the samples of
+      # the earlier one (born), and what the earlier one's samples lost (died, or changed size: at least
+      # (sqrt(var_early) - sqrt(old))^2); old is the later snapshot's variance of the samples in both.
+      def step_variance(var_early, var_late, old)
+        [var_late - old, 0.0].max + [var_early - old, (Math.sqrt(var_early) - Math.sqrt([old, 0.0].max))**2].max
       end
 
       # True when every point says its GC count and min_age, in an order that never goes back.
@@ -132,10 +159,7 @@ module Heapscope
       def steps_variance(times, var, ages, facts)
         weights = step_weights(slope_weights(times))
         weights.each_index.sum do |i|
-          old = older(ages[i + 1], facts[i + 1][:gc] - facts[i][:gc] + facts[i + 1][:min_age], 1)
-          born = [var[i + 1] - old, 0.0].max
-          lost = [var[i] - old, (Math.sqrt(var[i]) - Math.sqrt([old, 0.0].max))**2].max
-          weights[i]**2 * (born + lost)
+          weights[i]**2 * step_variance(var[i], var[i + 1], older(ages[i + 1], threshold(facts[i], facts[i + 1]), 1))
         end
       end
 
@@ -161,8 +185,7 @@ module Heapscope
 
         later_is_new = fb[:gc] >= fa[:gc]
         later, s_late, t_late = later_is_new ? [newer, s_new, ti] : [base, s_base, bi]
-        threshold = [fa[:gc], fb[:gc]].max - [fa[:gc], fb[:gc]].min + (later_is_new ? fb : fa)[:min_age]
-        Pair.new(ages(later, by, t_late, s_late), threshold, later_is_new)
+        Pair.new(ages(later, by, t_late, s_late), later_is_new ? threshold(fa, fb) : threshold(fb, fa), later_is_new)
       end
 
       # See pair. ages: the later profile's {key => {bucket => [value, T_var]}}.
@@ -177,8 +200,7 @@ module Heapscope
         # one step), from the two sides' variances.
         def always_variance(key, var_base, var_new)
           var_early, var_late = later_is_new ? [var_base, var_new] : [var_new, var_base]
-          old = Persistence.older(ages.fetch(key, {}), threshold, 1)
-          [var_late - old, 0.0].max + [var_early - old, (Math.sqrt(var_early) - Math.sqrt([old, 0.0].max))**2].max
+          Persistence.step_variance(var_early, var_late, Persistence.older(ages.fetch(key, {}), threshold, 1))
         end
       end
 
@@ -240,7 +262,7 @@ module Heapscope
           out = {}
           n = @buckets.size
           @buckets.each_with_index do |b, i|
-            value = flat[@first + i].to_f
+            value = flat[@first + i] || 0
             var = flat[@first + n + i].to_f
             out[b] = [value, var] unless value.zero? && var.zero?
           end

@@ -136,7 +136,7 @@ module Heapscope
         n = prof.sample_types.size + (var ? var.size : 0) # the width of a value vector
         if columns
           width, extra = columns
-          var = Extra.new(var, n, width, extra)
+          var = Extra.new(var, width, extra)
           n += width
         end
         return aggregate_label(samples, n, var, key, pace) if key
@@ -203,9 +203,15 @@ module Heapscope
         end
       end
 
+      # A sample's values followed by var's columns: its variance labels (var, a list of names), or an
+      # Extra's.
+      def with_columns(sample, var)
+        var.is_a?(Extra) ? var.of(sample) : Sampling.with_variances(sample, var)
+      end
+
       # A sample's value vector with the variance labels (labels, or none) and then `width` more columns
       # that the block fills (aggregate's columns:).
-      Extra = Struct.new(:labels, :base, :width, :fill) do
+      Extra = Struct.new(:labels, :width, :fill) do
         def of(sample)
           values = labels ? Sampling.with_variances(sample, labels) : sample.values.dup
           more = Array.new(width, 0)
@@ -251,7 +257,7 @@ module Heapscope
           values = s.values
           next if values.all?(&:zero?)
 
-          values = var.is_a?(Extra) ? var.of(s) : Sampling.with_variances(s, var) if var
+          values = with_columns(s, var) if var
           values = times(values, times)
           if (sum = sums[s.location_ids])
             i = 0
@@ -384,7 +390,7 @@ module Heapscope
           values = s.values
           next if values.all?(&:zero?)
 
-          values = var.is_a?(Extra) ? var.of(s) : Sampling.with_variances(s, var) if var
+          values = with_columns(s, var) if var
           values = times(values, times)
 
           v = s.labels[key]

@@ -94,18 +94,14 @@ module Heapscope
         extras = sums.map { |s| s.extra(id) }
         return nil if extras.include?(:unknown) || !Report::Persistence.gc_series?(facts)
 
-        ages = extras.map(&:last)
-        return nil unless Report::Persistence.lives_on?(values, ages, facts)
+        windowed = facts.all? { |f| f[:design] }
+        return nil unless windowed || facts.none? { |f| f[:design] }
 
-        if facts.all? { |f| f[:design] }
-          designs = facts.map { |f| { allocations: f[:design], total: f[:total] } }
-          return nil unless designs.map { |d| d[:allocations].size }.uniq.size == 1
+        designs = windowed ? facts.map { |f| { allocations: f[:design], total: f[:total], groups: f[:groups] } } : nil
+        return nil if windowed && designs.map { |d| d[:allocations].size }.uniq.size != 1
 
-          Report::Persistence.slope_variance(Report::Persistence.slope_weights(times), extras.map(&:first), designs,
-                                             facts.last[:fpc], facts.last[:groups])
-        elsif facts.none? { |f| f[:design] }
-          Report::Persistence.steps_variance(times, errors.map { |e| e * e }, ages, facts)
-        end
+        Report::Persistence.series_variance(times, values, errors, extras.map(&:last), facts, parts: extras.map(&:first),
+                                            designs: designs, fpc: facts.last[:fpc] || 1.0)
       end
 
       # Leaks.rank over the sites that grew most from the first snapshot to the last, each row with its
