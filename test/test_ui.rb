@@ -164,6 +164,25 @@ class TestUI < Minitest::Test
     assert_equal first, get_json(serve, "/api/timeline")["series"]
   end
 
+  # The one-run data a summary keeps (persist, extras) is input when read back: an entry whose parts
+  # are malformed is a miss (the profile is read again), never a crash or a verdict from bad numbers.
+  def test_summary_cache_with_malformed_one_run_data_is_a_miss
+    first = get_json(serve, "/api/timeline")["series"]
+    files = Dir[File.join(@dir, "cache", "*.json")].sort
+    bad = [{ "ages" => "x" }, { "ages" => [[["4", 1, 2]]] }, nil]
+    files.each_with_index do |f, i|
+      data = JSON.parse(File.read(f))
+      refute_nil data["persist"], "a summary of heapscope's own profile keeps its run's data"
+      case i % 3
+      when 0 then data["extras"] = bad[i % 2]
+      when 1 then data["persist"] = data["persist"].merge("gc" => "12")
+      else data["extras"] = data["extras"].merge("ages" => data["extras"]["ages"].drop(1))
+      end
+      File.write(f, JSON.generate(data))
+    end
+    assert_equal first, get_json(serve, "/api/timeline")["series"]
+  end
+
   def test_top_flame_and_diff_of_snapshots
     server = serve
     snaps = get_json(server, "/api/timeline")["series"].first["snapshots"]

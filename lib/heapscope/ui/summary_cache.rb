@@ -63,7 +63,9 @@ module Heapscope
 
         persist = persist_of(data["persist"])
         extras = extras_of(data["extras"], persist, ids.size)
-        return nil if persist && extras.nil?
+        # Malformed one-run data is a miss: read as none, this snapshot alone would turn the series'
+        # leak verdicts back to the points' errors.
+        return nil if (data["persist"] && persist.nil?) || (persist && extras.nil?)
 
         rows = ids.each_index.map { |i| [ids[i], values[i], errors[i], extras && extras[i]] }.sort_by!(&:first)
         sets = label_sets(data["label_sets"])
