@@ -11,12 +11,16 @@
 #         outlives the server)
 #   again the same server asked again (the page's next poll)
 #
-#   bundle exec ruby -Ilib bench/ui_timeline.rb [PROFILES] [SITES] [--cold]
+#   bundle exec ruby -Ilib bench/ui_timeline.rb [PROFILES] [SITES] [--cold] [--no-yjit]
 require "heapscope/pprof"
 require "heapscope/ui/server"
 require "net/http"
 require "json"
 require "fileutils"
+
+# As exe/heapscope does (Ruby 3.3+), unless --no-yjit.
+yjit = !ARGV.include?("--no-yjit") && defined?(RubyVM::YJIT.enable)
+RubyVM::YJIT.enable if yjit
 
 numbers = ARGV.reject { |a| a.start_with?("--") }
 profiles = Integer(numbers[0] || 500)
@@ -60,14 +64,24 @@ FileUtils.rm_rf(cache) if ARGV.include?("--cold")
 cold_run = !Dir.exist?(cache) || Dir.empty?(cache)
 ENV["HEAPSCOPE_UI_CACHE"] = cache
 
-# Seconds from starting a server to its first complete timeline, and that answer's size.
+# Seconds from starting a server to its first complete timeline, and that answer's size; and seconds
+# to the first answer that spans the whole series (first and last snapshot) with at least SPAN points:
+# the page draws what is summarized, so that is when a user first sees the whole shape.
+SPAN = [16, profiles].min
+first_view = nil
 timed = lambda do |server = nil|
   t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
   server ||= Heapscope::UI::Server.new(Heapscope::UI::Sources.new(folders: [dir]), port: 0).start
   body = nil
+  first_view = nil
   loop do
     body = Net::HTTP.get(URI("http://127.0.0.1:#{server.http.port}/api/timeline"))
-    break if JSON.parse(body)["pending"].zero?
+    answer = JSON.parse(body)
+    times = answer["series"].first&.fetch("snapshots")&.map { |p| p["time"] } || []
+    if !first_view && times.size >= SPAN && times.min == start && times.max == start + 60 * (profiles - 1)
+      first_view = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
+    end
+    break if answer["pending"].zero?
 
     sleep 0.1
   end
@@ -81,11 +95,14 @@ end
 cold = nil
 if cold_run
   cold, _, server = timed.call
+  cold_view = first_view
   server.stop
 end
 warm, bytes, server = timed.call
 again, = timed.call(server)
 server.stop
 rss = File.read("/proc/self/status")[/VmHWM:\s+(\d+)/, 1].to_i / 1024
-puts format("%d profiles x %d sites: %swarm (summary cache) %.2f s, again %.2f s; timeline %d KB; peak RSS %d MiB",
-            profiles, sites, cold ? format("cold %.1f s, ", cold) : "", warm, again, bytes / 1024, rss)
+puts format("%d profiles x %d sites%s: %swarm (summary cache) %.2f s, again %.2f s; timeline %d KB; peak RSS %d MiB",
+            profiles, sites, yjit ? " (YJIT)" : "",
+            cold ? format("cold %.1f s (whole span, %d points, at %.1f s), ", cold, SPAN, cold_view) : "",
+            warm, again, bytes / 1024, rss)

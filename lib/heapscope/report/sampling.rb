@@ -328,9 +328,16 @@ module Heapscope
       # (+-100%) where parts are positive.
       def group_variance(values, first, design)
         a = design[:allocations]
-        ys = Array.new(a.size) { |g| values[first + g].to_f }
         return nil if values[first].nil? && values[first + a.size - 1].nil?
 
+        Sampling.parts_variance(Array.new(a.size) { |g| values[first + g].to_f }, design, fpc)
+      end
+
+      # The random-groups variance (above) of an estimate whose parts by variance group are ys, under
+      # design ({allocations: [A_g], total:, groups:}) and the finite-population correction fpc: what a
+      # sum of samples' parts (a site, a label set, several sets together) is read by.
+      def self.parts_variance(ys, design, fpc)
+        a = design[:allocations]
         # (A delta's parts can be negative: its total may be 0 while its parts are not.)
         squares = ys.sum { |y| y * y }
         return 0.0 if squares.zero?

@@ -8,10 +8,12 @@ module Heapscope
   module UI
     # Prefetch fills the summary cache from child processes when a server starts over many profiles it
     # has never summarized: decoding is pure Ruby and holds the GVL, so one process uses one core, and a
-    # first look at 500 profiles took minutes. The files are cut into one run per core: the server's own
-    # summarizer takes the first run, each child one of the others, writing summaries to the cache; when
-    # the summarizer reaches a child's run it reads them back (SummaryCache#read), waiting while that
-    # child still works, and decodes a file itself if the child died or could not write it.
+    # first look at 500 profiles took minutes. The files are dealt out in turn, one run per core: the
+    # server's own summarizer keeps every (children + 1)th file, each child takes its own share, in the
+    # order given (Sources gives them coarse to fine over time, so every process's first files already
+    # span the whole series), writing summaries to the cache. The summarizer reads a child's files back
+    # (SummaryCache#read) when they are ready, going on with its own meanwhile, and decodes a file itself
+    # if the child died or could not write it.
     #
     # Only with a cache (children hand their work over through it) and fork; at most MAX_CHILDREN.
     class Prefetch
@@ -32,7 +34,8 @@ module Heapscope
         @cache = cache
         @owner = {} # path => pid of the child summarizing it
         @running = {} # pid => true while it runs
-        runs = jobs.each_slice((jobs.size + children) / (children + 1)).to_a
+        runs = Array.new(children + 1) { [] }
+        jobs.each_with_index { |job, i| runs[i % (children + 1)] << job }
         runs.drop(1).each do |run|
           pid = fork { summarize(run, max_size) }
           @running[pid] = true
@@ -40,17 +43,16 @@ module Heapscope
         end
       end
 
-      # The summary of path from its child, waiting while that child runs; nil when the path is not a
-      # child's, or its child ended without it (the caller then decodes it).
-      def await(path, stamp, table)
-        pid = @owner[path] or return nil
-        loop do
-          summary = @cache.read(path, stamp, table)
-          return summary if summary
-          return nil unless running?(pid)
+      # What take answers while the child that owns a file still works on it.
+      LATER = :later
 
-          sleep POLL
-        end
+      # The summary of path from the child that owns it; LATER while that child still runs without
+      # having written it; nil when the path is not a child's, or its child ended without it (the caller
+      # then decodes it). Never waits.
+      def take(path, stamp, table)
+        pid = @owner[path] or return nil
+        alive = running?(pid) # before the read: a child that wrote it and ended is read, not decoded again
+        @cache.read(path, stamp, table) || (alive ? LATER : nil)
       end
 
       def stop

@@ -65,11 +65,8 @@ module Heapscope
       # fails), then starts summarizing in the background and polling the URLs.
       def start
         @urls.each { |url| add_live(url, fetch(url)) }
-        rescan(force: true)
-        if @prefetch_allowed
-          jobs = @lock.synchronize { @by_id.values.select { |s| s.path && !s.summary }.map { |s| [s.path, s.stamp] } }
-          @prefetch = Prefetch.start(jobs, @cache, max_size: @max_size)
-        end
+        first = rescan(force: true)
+        @prefetch = Prefetch.start(first.map { |s| [s.path, s.stamp] }, @cache, max_size: @max_size) if @prefetch_allowed
         @threads << Thread.new { summarize_loop }
         @urls.each { |url| @threads << Thread.new { poll_loop(url) } }
         self
@@ -121,19 +118,52 @@ module Heapscope
 
       private
 
+      # Lists the sources again and queues the snapshots found new, coarse to fine (Sources.refining);
+      # returns them in that order.
       def rescan(force: false)
         now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        return if !force && @scanned_at && now - @scanned_at < RESCAN_SECONDS
+        return [] if !force && @scanned_at && now - @scanned_at < RESCAN_SECONDS
 
         @scanned_at = now
+        added = []
         @folders.each do |dir|
           Sources.list(dir).group_by { |name| name.b[Report::Leaks::PERIODIC_NAME, :process] }.each do |process, names|
-            add_files(process ? "#{dir}: #{process}" : dir, names.map { |n| File.join(dir, n) })
+            added.concat(add_files(process ? "#{dir}: #{process}" : dir, names.map { |n| File.join(dir, n) }))
           end
         rescue Report::Error
           nil # emptied or unreadable since start: the series keeps what it had
         end
-        add_files("files", @files) unless @files.empty?
+        added.concat(add_files("files", @files)) unless @files.empty?
+        Sources.refining(added).each { |snap| @queue << snap }
+      end
+
+      # The order snapshots are summarized in: each series' first and last, then the middle, then the
+      # quarters, and so on (a breadth-first halving of its time order), taking every series' turn at
+      # each step. The page draws what is summarized, so a first look at a big folder shows its whole
+      # span at once, coarse, and fills it in (time order would draw the first minutes for a minute).
+      def self.refining(snaps)
+        ranked = snaps.group_by(&:series).values.flat_map do |list|
+          list = list.sort_by { |s| [s.stamp[0], s.path] }
+          halving_order(list.size).each_with_index.map { |at, rank| [rank, list[at]] }
+        end
+        ranked.each_with_index.sort_by { |(rank, _), i| [rank, i] }.map { |(_, snap), _| snap }
+      end
+
+      # 0...n as first, last, then the midpoints of each gap, breadth first (every index once).
+      def self.halving_order(n)
+        return (0...n).to_a if n <= 2
+
+        order = [0, n - 1]
+        gaps = [[0, n - 1]]
+        until gaps.empty?
+          a, b = gaps.shift
+          next if b - a < 2
+
+          m = (a + b) / 2
+          order << m
+          gaps << [a, m] << [m, b]
+        end
+        order
       end
 
       # The profile files of a folder: regular files named like profiles, as `heapscope leaks DIR` reads
@@ -145,8 +175,10 @@ module Heapscope
         raise Report::Error, "#{dir}: #{e.message.sub(/ @ .*/, "")}"
       end
 
-      # Adds the files not seen before (or changed: size or mtime) to the series name, to be summarized.
+      # Adds the files not seen before (or changed: size or mtime) to the series name; returns their
+      # snapshots, to be summarized.
       def add_files(name, paths)
+        added = []
         paths.each do |path|
           stat = File.stat(path)
           stamp = [stat.mtime.to_f, stat.size]
@@ -163,11 +195,12 @@ module Heapscope
             series.snapshots << snap
             series.version += 1
             @pending += 1
-            @queue << snap
+            added << snap
           end
         rescue SystemCallError
           nil # removed between the listing and the stat
         end
+        added
       end
 
       def new_id
@@ -175,9 +208,9 @@ module Heapscope
       end
 
       def summarize_loop
-        while (snap = @queue.pop)
+        later = [] # snapshots a helper process (Prefetch) has not handed over yet, in queue order
+        while (snap, summary = next_job(later)) && snap
           begin
-            summary = @cache.read(snap.path, snap.stamp, @table) || @prefetch&.await(snap.path, snap.stamp, @table)
             unless summary
               prof = Report::Sites.load(snap.path, max_size: @max_size)
               summary = Summarize.call(prof, @table, name: snap.path, fallback_time: snap.stamp[0])
@@ -194,6 +227,35 @@ module Heapscope
           end
         end
       rescue ClosedQueueError
+        nil
+      end
+
+      # [snapshot, its summary if one is at hand (cached, or a helper's), else nil], or nil once stopped.
+      # A helper's snapshot that is not ready waits in later while the queue has others: the helpers
+      # and this thread each work through their own share, so none waits on another's file.
+      def next_job(later)
+        loop do
+          if (snap = later.first)
+            summary = @prefetch.take(snap.path, snap.stamp, @table)
+            return [later.shift, summary] unless summary == Prefetch::LATER
+          end
+          snap = later.empty? ? @queue.pop : pop_now
+          return nil if snap.nil? && later.empty? # closed
+
+          unless snap
+            sleep Prefetch::POLL
+            next
+          end
+          summary = @cache.read(snap.path, snap.stamp, @table) || @prefetch&.take(snap.path, snap.stamp, @table)
+          next later << snap if summary == Prefetch::LATER
+
+          return [snap, summary]
+        end
+      end
+
+      def pop_now
+        @queue.pop(true)
+      rescue ThreadError
         nil
       end
 

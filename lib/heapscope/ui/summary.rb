@@ -53,8 +53,10 @@ module Heapscope
     # sites the chart may draw are the union of the snapshots' top lists.
     #
     # label_sets: the live bytes of each set of user labels (Heapscope.with_labels) the samples carry,
-    # [[[key, value]...] sorted, value, 1σ error], the LABEL_SETS largest; label_rest: the bytes of the
-    # sets left out. A label filter on the timeline (Timeline.build) sums the sets that carry it.
+    # [[[key, value]...] sorted, value, 1σ error, parts by variance group (windowed) or nil], the
+    # LABEL_SETS largest; label_rest: the bytes of the sets left out. A label filter on the timeline
+    # (Timeline.build) sums the sets that carry it. design: the live samples' variance design with its
+    # fpc ({allocations:, total:, groups:, fpc:}, windowed; else nil), which the sets' parts are read by.
     #
     # run, persist and extras let the leak verdicts judge snapshots of one run by what changed between
     # them, as `heapscope leaks` does (Report::Persistence): run is the profile's run id (nil without
@@ -62,7 +64,7 @@ module Heapscope
     # groups:, fpc:} (nil: neither); extras, parallel to ids, each kept site's [its parts by variance
     # group (windowed, else nil), its {gc_age bucket => [value, T_var]}].
     Summary = Struct.new(:time, :total, :total_error, :unit, :every, :memory, :ids, :values, :errors, :top, :floor,
-                         :label_sets, :label_rest, :run, :persist, :extras, keyword_init: true) do
+                         :label_sets, :label_rest, :run, :persist, :extras, :design, keyword_init: true) do
       # [value, 1σ error] of site id in this snapshot.
       def at(id)
         i = ids.bsearch_index { |x| x >= id }
@@ -81,19 +83,27 @@ module Heapscope
       end
 
       # [value, 1σ error, rest] of the samples carrying every label of filters (Report::Labels::Filter):
-      # the label sets that match, their errors in quadrature, as the sites' in total_error (exact where
-      # samples are drawn one by one, sampling: :always; windowed, sets that share windows are
-      # correlated and the sum may read narrow); rest is label_rest, the most the sets left out of this
-      # summary could add.
+      # the label sets that match. Windowed, their parts are summed and read by the design, as
+      # `--label` reads the whole selection (sets that share windows are correlated: their errors in
+      # quadrature read narrow); else (drawn one by one, sampling: :always) their errors add in
+      # quadrature, which is then exact. rest is label_rest, the most the sets left out of this summary
+      # could add.
       def labelled(filters)
         value = 0
         variance = 0.0
-        (label_sets || []).each do |pairs, v, e|
+        parts = design && Array.new(design[:allocations].size, 0.0)
+        (label_sets || []).each do |pairs, v, e, ys|
           next unless filters.all? { |f| pairs.include?([f.key, f.value]) }
 
           value += v
           variance += e.to_f**2
+          if ys && parts
+            ys.each_with_index { |y, g| parts[g] += y }
+          else
+            parts = nil # a set without parts: the quadrature for all
+          end
         end
+        variance = Report::Sampling.parts_variance(parts, design, design[:fpc]) if parts
         [value, Math.sqrt(variance), label_rest.to_i]
       end
     end
@@ -121,13 +131,14 @@ module Heapscope
         Report::Leaks.site_values(prof, "line", ti, sampling: sampling, ages: ages) do |key, entry, value, error, parts, aged|
           rows << [table.id(key, entry), value, (error || 0.0).to_f, persist && [parts, aged || {}]] unless value.zero?
         end
-        # Sites are independent estimates: their errors add in quadrature.
-        total_error = Math.sqrt(rows.sum { |r| r[2]**2 })
+        sets, whole = label_sets(prof, ti, sampling)
+        # The whole heap's error from its own columns (windowed: its parts by group, so sites that share
+        # windows count together); without variance labels, the sites' errors in quadrature.
+        total_error = (whole && sampling.absolute_error(whole, ti)) || Math.sqrt(rows.sum { |r| r[2]**2 })
         rows.sort_by! { |r| [-r[1], r[0]] }
         floor = rows.size > KEPT ? rows[KEPT][1] : 0
         top = rows.first(TOP).map(&:first)
         rows = rows.first(KEPT).sort_by!(&:first)
-        sets = label_sets(prof, ti, sampling)
         Summary.new(
           time: prof.time_nanos.to_i.positive? ? prof.time_nanos / 1e9 : fallback_time,
           total: prof.samples.sum { |s| s.values[ti] }, unit: unit,
@@ -136,7 +147,8 @@ module Heapscope
           memory: Memory.of_profile(prof)&.transform_keys(&:to_s),
           ids: rows.map(&:first), values: rows.map { |r| r[1] }, errors: rows.map { |r| r[2] },
           top: top, label_sets: sets.first(LABEL_SETS), label_rest: sets.drop(LABEL_SETS).sum { |r| r[1] },
-          run: persist && Report::Persistence.run_id(prof), persist: persist, extras: persist && rows.map { |r| r[3] }
+          run: persist && Report::Persistence.run_id(prof), persist: persist, extras: persist && rows.map { |r| r[3] },
+          design: (design = sampling.live_design) && design.merge(fpc: sampling.fpc)
         )
       end
 
@@ -154,22 +166,27 @@ module Heapscope
         end
       end
 
-      # [[pairs, value, 1σ error]...] of the samples carrying user labels, grouped by their whole set of
-      # user labels (sorted [key, value] pairs), largest first. Values and variance columns add up per
-      # set as Report::Sites adds them per site, so each set's error is the one `--label` would print.
+      # [sets, whole]: sets are [[pairs, value, 1σ error, parts]...] of the samples carrying user labels,
+      # grouped by their whole set of user labels (sorted [key, value] pairs), largest first; whole is
+      # every sample's values and variance columns summed (nil without variance labels). Values and
+      # variance columns add up per set as Report::Sites adds them per site, so each set's error is the
+      # one `--label` would print; parts are the set's parts by variance group (windowed; else nil), so
+      # that sets summed on the timeline are read together (Summary#labelled).
       def label_sets(prof, ti, sampling)
         var = Report::Sampling.variance_labels(prof)
         reserved = {} # key -> reserved?, so each distinct key meets the regexp once
         sets = {}
+        whole = nil
         Report::Sites.each_counted(prof.samples) do |s, times|
           next if s.values[ti].zero?
 
+          values = Report::Sites.times(var ? Report::Sampling.with_variances(s, var) : s.values, times)
+          whole ? Report::Sites.add(whole, values) : (whole = values.dup) if var
           pairs = s.labels.select do |k, v|
             v.is_a?(String) && !reserved.fetch(k) { reserved[k] = k.match?(Report::Labels::RESERVED) }
           end
           next if pairs.empty?
 
-          values = Report::Sites.times(var ? Report::Sampling.with_variances(s, var) : s.values, times)
           key = pairs.sort
           if (acc = sets[key])
             Report::Sites.add(acc, values)
@@ -177,8 +194,11 @@ module Heapscope
             sets[key] = values.dup
           end
         end
-        rows = sets.map { |pairs, values| [pairs, values[ti], (sampling.absolute_error(values, ti) || 0.0).to_f] }
-        rows.sort_by! { |r| [-r[1], r[0]] }
+        columns = sampling.live_design && sampling.variance_columns(ti).drop(1) # the groups, not T_var
+        rows = sets.map do |pairs, values|
+          [pairs, values[ti], (sampling.absolute_error(values, ti) || 0.0).to_f, columns && values.values_at(*columns).map(&:to_f)]
+        end
+        [rows.sort_by! { |r| [-r[1], r[0]] }, whole]
       end
     end
   end

@@ -21,7 +21,7 @@ module Heapscope
     # written atomically and read only if regular and at most MAX_FILE bytes. A failure to read or
     # write the cache only costs the decode.
     class SummaryCache
-      FORMAT = 4 # 3: label sets; 4: one run (run, persist, extras)
+      FORMAT = 5 # 3: label sets; 4: one run (run, persist, extras); 5: the live design, label sets' parts
       VARIABLE = "HEAPSCOPE_UI_CACHE"
       # A summary keeps at most 300 sites (Summary): far below this.
       MAX_FILE = 16 * 1024 * 1024
@@ -68,7 +68,10 @@ module Heapscope
         return nil if (data["persist"] && persist.nil?) || (persist && extras.nil?)
 
         rows = ids.each_index.map { |i| [ids[i], values[i], errors[i], extras && extras[i]] }.sort_by!(&:first)
-        sets = label_sets(data["label_sets"])
+        design = design_of(data["design"])
+        return nil if data["design"] && design.nil?
+
+        sets = label_sets(data["label_sets"], design)
         return nil unless sets
 
         Summary.new(time: data["time"], total: data["total"], total_error: data["total_error"], unit: data["unit"],
@@ -76,7 +79,7 @@ module Heapscope
                     errors: rows.map { |r| r[2] }, top: data["top"].map { |i| ids[i] }, floor: data["floor"],
                     label_sets: sets, label_rest: data["label_rest"].to_i,
                     run: persist && data["run"].is_a?(String) ? data["run"] : nil, persist: persist,
-                    extras: persist && rows.map { |r| r[3] })
+                    extras: persist && rows.map { |r| r[3] }, design: design)
       rescue SystemCallError, IOError, JSON::ParserError, ArgumentError, TypeError, NoMethodError, UnsafeDirectoryError, LoadError
         nil
       end
@@ -93,7 +96,7 @@ module Heapscope
           "values" => [summary.values.pack("q<*")].pack("m0"), "errors" => [summary.errors.pack("E*")].pack("m0"),
           "top" => summary.top.map { |id| at[id] },
           "label_sets" => summary.label_sets || [], "label_rest" => summary.label_rest.to_i,
-          "run" => summary.run, "persist" => summary.persist, "extras" => extras_json(summary),
+          "run" => summary.run, "persist" => summary.persist, "extras" => extras_json(summary), "design" => summary.design,
         }
         @out.write(name_for(path, stamp), JSON.generate(data))
       rescue StandardError, LoadError # LoadError: a build without the extension (AtomicWrite needs it)
@@ -149,14 +152,28 @@ module Heapscope
         parts.zip(ages)
       end
 
+      # The cached live design ({allocations:, total:, groups:, fpc:}), checked: nil when absent or
+      # malformed.
+      def design_of(h)
+        return nil unless h.is_a?(Hash)
+
+        a = h["allocations"]
+        ok = a.is_a?(Array) && !a.empty? && a.all?(Numeric) && h["total"].is_a?(Numeric) && h["groups"].is_a?(Integer) &&
+             h["fpc"].is_a?(Numeric)
+        ok ? { allocations: a.map(&:to_f), total: h["total"].to_f, groups: h["groups"], fpc: h["fpc"].to_f } : nil
+      end
+
       # The label sets of a cache file, checked entry by entry (a cache file is input); nil when any
-      # entry is not [[[key, value]...], Integer, Numeric].
-      def label_sets(list)
+      # entry is not [[[key, value]...], Integer, Numeric, parts], parts nil or, under a design, one
+      # number per group.
+      def label_sets(list, design)
         return nil unless list.is_a?(Array)
 
-        ok = list.all? do |pairs, value, error|
+        width = design && design[:allocations].size
+        ok = list.all? do |pairs, value, error, parts, *rest|
           pairs.is_a?(Array) && pairs.all? { |p| p.is_a?(Array) && p.size == 2 && p.all?(String) } &&
-            value.is_a?(Integer) && error.is_a?(Numeric)
+            value.is_a?(Integer) && error.is_a?(Numeric) && rest.empty? &&
+            (parts.nil? || (width && parts.is_a?(Array) && parts.size == width && parts.all?(Numeric)))
         end
         ok ? list : nil
       end
