@@ -55,6 +55,7 @@ module Heapscope
     census: true, # every profile counts the live heap exactly first (docs/reading-profiles.md, exact totals)
     focus: nil, # { "Quote" => 10, String => 100 }: those classes sampled at their own rate (focus.rb)
     auto_focus: true, # classes whose exact live bytes keep growing get a denser rate (auto_focus.rb)
+    exact_threads: true, # Threads and Fibers made from Ruby are recorded whole, never sampled (ThreadWatch)
   }.freeze
   SAMPLING_MODES = %i[windowed always].freeze
 
@@ -85,6 +86,7 @@ module Heapscope
       check_boolean(config, :show_contents)
       check_boolean(config, :census)
       check_boolean(config, :auto_focus)
+      check_boolean(config, :exact_threads)
       check_fraction(config, :max_overhead)
       config[:sampling], sampling_reason = check_sampling(config)
       check_fraction(config, :window_share, nil_ok: false) unless config[:window_share] == :budget
@@ -101,13 +103,15 @@ module Heapscope
       strata = focus.map { |klass, rate, _| [klass, rate] } + auto_focus_slots(config)
       # Automatic focus reads each profile's census: none without it.
       auto_focus = if config[:auto_focus] && config[:census]
-                     AutoFocus.new(first_index: focus.size, rate: auto_focus_rate(config), taken: focus.map { |_, _, name| name },
+                     # (Threads and Fibers recorded whole need no denser rate.)
+                     AutoFocus.new(first_index: focus.size, rate: auto_focus_rate(config),
+                                   taken: focus.map { |_, _, name| name } + (config[:exact_threads] ? %w[Thread Fiber] : []),
                                    resolve: Focus.method(:lookup))
                    end
       Native._start(config[:sample_every], config[:max_frames], config[:min_age], config[:track_sizes],
                     config[:max_tracked_objects], config[:max_stacks], SLOT_SIZE,
                     config[:max_overhead]&.to_f, config[:sampling] == :windowed, config[:window_share] == :budget ? 0.0 : config[:window_share].to_f,
-                    config[:label_threads], config[:max_label_sets], strata)
+                    config[:label_threads], config[:max_label_sets], strata, config[:exact_threads])
       @focus = focus
       @auto_focus = auto_focus
       internal { Focus.watch(focus) } # the TracePoint is heapscope's too
@@ -389,6 +393,15 @@ module Heapscope
   end
 
   Ractor.singleton_class.prepend(RactorWatch) if defined?(Ractor)
+end
+
+module Heapscope
+  # Threads and Fibers are recorded whole (the exact_threads start option, on by default): a sample of
+  # one Thread, standing for a thousand allocations, read as a thousand 1 MiB stacks. ThreadWatch and
+  # FiberWatch are C methods (ext/heapscope/exact_threads.h) that call the original and hand what it
+  # made to the core; in C so that they add no Ruby frame to anyone's stack.
+  Thread.singleton_class.prepend(ThreadWatch)
+  Fiber.singleton_class.prepend(FiberWatch)
 end
 
 

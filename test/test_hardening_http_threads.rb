@@ -17,7 +17,7 @@ class TestHardeningHttpThreads < Minitest::Test
       attr_accessor :failing, :everywhere
     end
 
-    def new(*args, &block)
+    def new(*args, **kwargs, &block)
       if ThreadLimit.failing && (ThreadLimit.everywhere || Thread.current.name.to_s.start_with?("heapscope-http"))
         raise ThreadError, "can't create Thread: Resource temporarily unavailable"
       end

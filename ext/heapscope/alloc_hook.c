@@ -59,6 +59,8 @@ static struct {
   uint32_t excluded_count;
   labelsets *label_table; // the process's label sets (outlive runs: their ids sit in fiber-locals)
   ID id_labels_local;
+  bool exact_threads; // Threads and Fibers are recorded by alloc_hook_track_exact, never sampled
+  VALUE fiber_class;  // Fiber (no rb_cFiber in the C API), read once at init
   alloc_hook_stats stats;
 } hook;
 
@@ -123,6 +125,46 @@ static uint32_t current_labels(void) {
   return set;
 }
 
+// Whether obj is a Thread or a Fiber (or of a subclass): a T_DATA whose class is set (it is before
+// NEWOBJ fires). rb_class_inherited_p walks the superclasses without allocating. Only on sampled paths.
+static bool thread_or_fiber(VALUE obj) {
+  if (RB_BUILTIN_TYPE(obj) != RUBY_T_DATA) return false;
+  VALUE klass = RBASIC(obj)->klass;
+  if (klass == 0 || !RB_TYPE_P(klass, T_CLASS)) return false;
+  if (klass == rb_cThread || klass == hook.fiber_class) return true;
+  return RTEST(rb_class_inherited_p(klass, rb_cThread)) || (hook.fiber_class != 0 && RTEST(rb_class_inherited_p(klass, hook.fiber_class)));
+}
+
+// Captures the current stack, less its skip innermost frames, into hook.frame_ids; returns how many
+// ids it wrote (a "frames omitted" marker last when the stack was deeper than max_frames), or -1 when
+// interning ran out of memory (counted).
+static int capture_frames(int skip) {
+  int n = rb_profile_frames(0, (int)hook.max_frames, hook.frames, hook.lines);
+  int count = 0;
+  for (int i = skip; i < n; i++) {
+    uint32_t frame_id = frame_id_of(hook.frames[i], hook.lines[i]);
+    if (frame_id == 0) {
+      hook.stats.dropped_no_memory++;
+      return -1;
+    }
+    hook.frame_ids[count++] = frame_id;
+  }
+  if (n == (int)hook.max_frames) {
+    // Count the rest with one more walk into scratch space. (rb_profile_frames' start argument
+    // cannot be used for this: on Ruby 3.1 a start > 0 never advances, and the call never returns.)
+    int total = rb_profile_frames(0, DEPTH_LIMIT, hook.scratch_frames, hook.scratch_lines);
+    if (total > n) {
+      hs_frame marker = {0, total - n}; // code 0: "N frames omitted"
+      if ((hook.frame_ids[count++] = stacktab_intern_frame(recorder_stacks(hook.recorder), marker)) == 0) {
+        hook.stats.dropped_no_memory++;
+        return -1;
+      }
+      hook.stats.frames_truncated++;
+    }
+  }
+  return count;
+}
+
 // Captures the current stack and class of obj and hands them to the recorder, as standing for weight
 // allocations.
 static void sample(VALUE obj, uint32_t weight) {
@@ -137,36 +179,37 @@ static void sample(VALUE obj, uint32_t weight) {
     hook.stats.skipped_own++;
     return;
   }
-  int n = rb_profile_frames(0, (int)hook.max_frames, hook.frames, hook.lines);
-  uint32_t count = 0;
-  for (int i = 0; i < n; i++) {
-    uint32_t frame_id = frame_id_of(hook.frames[i], hook.lines[i]);
-    if (frame_id == 0) {
-      hook.stats.dropped_no_memory++;
-      return;
-    }
-    hook.frame_ids[count++] = frame_id;
+  // Threads and Fibers made from Ruby are recorded whole by alloc_hook_track_exact: a sample of one
+  // would stand for a thousand stacks (one Thread read as 1000 MiB). The rest of them (made by C
+  // code) are at no site: the census counts them in the unsampled row, exactly.
+  if (hook.exact_threads && thread_or_fiber(obj)) {
+    hook.stats.skipped_exact++;
+    return;
   }
-  if (n == (int)hook.max_frames) {
-    // Count the rest with one more walk into scratch space. (rb_profile_frames' start argument
-    // cannot be used for this: on Ruby 3.1 a start > 0 never advances, and the call never returns.)
-    int total = rb_profile_frames(0, DEPTH_LIMIT, hook.scratch_frames, hook.scratch_lines);
-    if (total > n) {
-      hs_frame marker = {0, total - n}; // code 0: "N frames omitted"
-      if ((hook.frame_ids[count++] = stacktab_intern_frame(recorder_stacks(hook.recorder), marker)) == 0) {
-        hook.stats.dropped_no_memory++;
-        return;
-      }
-      hook.stats.frames_truncated++;
-    }
-  }
+  int count = capture_frames(0);
+  if (count < 0) return;
   uint32_t class_id = names_class_id(recorder_strings(hook.recorder), obj);
   if (class_id == STRTAB_ERROR) {
     hook.stats.dropped_no_memory++;
     return;
   }
-  recorder_track(hook.recorder, obj, hook.frame_ids, count, class_id, (uint32_t)rb_gc_count(), weight, plan_cluster(&plan),
-                 current_labels());
+  recorder_track(hook.recorder, obj, hook.frame_ids, (uint32_t)count, class_id, (uint32_t)rb_gc_count(), weight,
+                 plan_cluster(&plan), current_labels());
+}
+
+void alloc_hook_track_exact(VALUE obj, int skip) {
+  if (!hook.exact_threads || hook.recorder == NULL || plan.halted || RB_SPECIAL_CONST_P(obj) || !thread_or_fiber(obj)) return;
+  if (hook.excluded_count != 0 && thread_excluded(rb_thread_current())) return; // heapscope's own thread
+  int count = capture_frames(skip);
+  if (count < 0) return;
+  uint32_t class_id = names_class_id(recorder_strings(hook.recorder), obj);
+  if (class_id == STRTAB_ERROR) {
+    hook.stats.dropped_no_memory++;
+    return;
+  }
+  if (recorder_track_exact(hook.recorder, obj, hook.frame_ids, (uint32_t)count, class_id, (uint32_t)rb_gc_count(), current_labels())) {
+    hook.stats.exact_tracked++;
+  }
 }
 
 static inline uint32_t focus_slot_of(VALUE klass) { return (uint32_t)(((uint64_t)klass * 0x9e3779b97f4a7c15ull) >> 57) % FOCUS_SLOTS; }
@@ -238,6 +281,7 @@ void alloc_hook_init(const char *labels_local) {
   hook.focused_tracepoint = rb_tracepoint_new(0, RUBY_INTERNAL_EVENT_NEWOBJ, on_newobj_focused, NULL);
   hook.id_labels_local = rb_intern(labels_local);
   hook.label_table = labelsets_new(1000);
+  hook.fiber_class = rb_const_defined(rb_cObject, rb_intern("Fiber")) ? rb_const_get(rb_cObject, rb_intern("Fiber")) : 0;
 }
 
 VALUE alloc_hook_tracepoint(void) { return hook.focus_active != 0 ? hook.focused_tracepoint : hook.tracepoint; }
@@ -290,7 +334,8 @@ bool alloc_hook_focus_class(uint32_t stratum, VALUE klass) {
   return true;
 }
 
-bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_threads, const VALUE *focus, uint32_t focus_count) {
+bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_threads, bool exact_threads, const VALUE *focus,
+                      uint32_t focus_count) {
   hook.focus_count = hook.focus_active = 0;
   memset(hook.focus, 0, sizeof hook.focus);
   memset(hook.focus_classes, 0, sizeof hook.focus_classes);
@@ -302,6 +347,7 @@ bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_thr
   hook.names = n;
   hook.max_frames = max_frames;
   hook.label_threads = label_threads;
+  hook.exact_threads = exact_threads;
   hook.frames = malloc(sizeof(VALUE) * max_frames);
   hook.lines = malloc(sizeof(int) * max_frames);
   hook.scratch_frames = malloc(sizeof(VALUE) * DEPTH_LIMIT);
@@ -327,6 +373,7 @@ void alloc_hook_get_stats(alloc_hook_stats *stats) { *stats = hook.stats; }
 void alloc_hook_mark(void) {
   rb_gc_mark(hook.tracepoint);
   rb_gc_mark(hook.focused_tracepoint);
+  if (hook.fiber_class != 0) rb_gc_mark(hook.fiber_class);
   // Pinned: the table is keyed by the classes' addresses.
   for (uint32_t i = 0; i < PLAN_MAX_STRATA; i++) {
     if (hook.focus_classes[i] != 0) rb_gc_mark(hook.focus_classes[i]);

@@ -31,6 +31,8 @@ typedef struct {
   uint64_t samples_taken;     // allocations the countdown picked
   uint64_t skipped_internal;  // picked, but VM-internal (T_IMEMO and the like): not a Ruby object
   uint64_t skipped_own;       // picked, but allocated by one of heapscope's own threads
+  uint64_t skipped_exact;     // picked, but a Thread or Fiber: recorded exactly instead (alloc_hook_track_exact)
+  uint64_t exact_tracked;     // Threads and Fibers recorded exactly
   uint64_t dropped_no_memory; // picked, but interning its frames or class ran out of memory
   uint64_t frames_truncated;  // samples whose stack was deeper than max_frames
 } alloc_hook_stats;
@@ -47,10 +49,18 @@ VALUE alloc_hook_tracepoint(void);
 sampling_plan *alloc_hook_plan(void);
 
 // Allocates the frame buffers for a run that records into r with names n (both the caller's) and clears
-// the statistics. focus: the focused classes, stratum k's class at focus[k] (distinct, at most
+// the statistics. exact_threads: Threads and Fibers are never sampled, alloc_hook_track_exact records
+// those made from Ruby. focus: the focused classes, stratum k's class at focus[k] (distinct, at most
 // PLAN_MAX_STRATA; kept pinned until alloc_hook_stop), 0 for one not defined yet (alloc_hook_focus_class
 // fills it in later). False when memory is short (nothing kept then).
-bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_threads, const VALUE *focus, uint32_t focus_count);
+bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_threads, bool exact_threads, const VALUE *focus,
+                      uint32_t focus_count);
+// Exact tracking (Heapscope's wrapper of Thread.new, .start, .fork and Fiber.new calls it with the new
+// object, outside any hook): when the run has exact_threads and obj is a Thread or a Fiber, records it
+// with weight 1 and no variance (recorder_track_exact) at the current stack less its skip innermost
+// frames (the wrapper's own), with the label set in force. Nothing for heapscope's own threads or after
+// the fail-safe. Never raises, allocates no Ruby object.
+void alloc_hook_track_exact(VALUE obj, int skip);
 // A focused class defined after the run started (its stratum's class was 0): from now on its
 // allocations count down the stratum's countdown. False (nothing changed) when the stratum has a class
 // already, or klass is focused as another stratum.

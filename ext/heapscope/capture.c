@@ -252,8 +252,9 @@ bool capture_start(const capture_config *config) {
   cap.config.recorder.windowed = config->windowed;
   cap.recorder = recorder_new(&cap.config.recorder);
   cap.names = names_new();
-  if (!cap.recorder || !cap.names || !alloc_hook_start(cap.recorder, cap.names, config->max_frames, config->label_threads, config->focus_classes,
-                                                         config->focus_count)) {
+  if (!cap.recorder || !cap.names ||
+      !alloc_hook_start(cap.recorder, cap.names, config->max_frames, config->label_threads, config->exact_threads, config->focus_classes,
+                        config->focus_count)) {
     free_buffers();
     return false;
   }
@@ -283,6 +284,11 @@ void capture_stop(void) {
 }
 
 bool capture_running(void) { return cap.running; }
+
+void capture_track_exact(VALUE obj, int skip) {
+  if (!cap.running || cap.failure != NULL || !ractors_guard()) return;
+  alloc_hook_track_exact(obj, skip);
+}
 
 void capture_focus_changed(void) {
   if (cap.running) windows_set_newobj_hook(alloc_hook_tracepoint());

@@ -38,6 +38,7 @@ typedef struct {
   bool windowed;       // windowed sampling (schedule.h); else the hook is on for every allocation
   double window_share; // windowed: the share of time the hook is on, e.g. 0.04 (schedule.h)
   bool label_threads;  // every sample also gets a "thread" label: its native thread's name (labels.h)
+  bool exact_threads;  // Threads and Fibers made from Ruby are recorded whole, never sampled (alloc_hook.h)
   // Focused classes (sampling_plan.h: strata): focus_classes[k] is sampled 1 in focus_every[k], by a
   // countdown of its own. The caller's arrays are copied at capture_start (classes pinned while running).
   VALUE focus_classes[PLAN_MAX_STRATA];
@@ -105,6 +106,10 @@ void capture_check_invariants(void);
 // A focused class was added or let go (alloc_hook_focus_class, alloc_hook_unfocus): the run's allocation
 // hook follows (the focused one only while a class is focused). Outside the GC.
 void capture_focus_changed(void);
+
+// A Thread or Fiber was made from Ruby (lib/heapscope.rb wraps Thread.new, .start, .fork and Fiber.new):
+// alloc_hook_track_exact, when running, in the main Ractor, not failed. Outside hooks and the GC.
+void capture_track_exact(VALUE obj, int skip);
 
 // Windowed sampling needs to register hooks inside the GC, which this Ruby may not allow (windows.c).
 bool capture_windowed_supported(void);

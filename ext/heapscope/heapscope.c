@@ -9,6 +9,7 @@
 
 #include "capture.h"
 #include "dirhandle.h"
+#include "exact_threads.h"
 #include "liveness.h"
 #include "memstats.h"
 #include "previews.h"
@@ -89,10 +90,10 @@ static void read_focus(VALUE focus, capture_config *config) {
 }
 
 // Native._start(sample_every, max_frames, min_age, track_sizes, max_tracked_objects, max_stacks, slot_size,
-//               max_overhead, windowed, window_share, label_threads, max_label_sets, focus)
+//               max_overhead, windowed, window_share, label_threads, max_label_sets, focus, exact_threads)
 static VALUE native_start(int argc, VALUE *argv, VALUE self) {
   (void)self;
-  if (argc != 13) rb_raise(rb_eArgError, "heapscope: Native._start takes 13 arguments, got %d", argc);
+  if (argc != 14) rb_raise(rb_eArgError, "heapscope: Native._start takes 14 arguments, got %d", argc);
   VALUE sample_every = argv[0], max_frames = argv[1], min_age = argv[2], track_sizes = argv[3];
   VALUE max_tracked_objects = argv[4], max_stacks = argv[5], slot_size = argv[6], max_overhead = argv[7];
   VALUE windowed = argv[8], window_share = argv[9], label_threads = argv[10], max_label_sets = argv[11];
@@ -128,6 +129,7 @@ static VALUE native_start(int argc, VALUE *argv, VALUE self) {
     .windowed = RTEST(windowed),
     .window_share = NUM2DBL(window_share),
     .label_threads = RTEST(label_threads),
+    .exact_threads = RTEST(argv[13]),
     .recorder = {
       .max_tracked_objects = to_u32(max_tracked_objects),
       .max_stacks = to_u32(max_stacks),
@@ -384,6 +386,8 @@ static VALUE native_stats(VALUE self) {
   set(h, "hook_cost_ns", DBL2NUM(cs.hook_cost_nanos));
   set_u64(h, "own_ns", cs.own_nanos);
   set_u64(h, "skipped_own", cs.hook.skipped_own);
+  set_u64(h, "exact_tracked", cs.hook.exact_tracked);
+  set_u64(h, "skipped_exact", cs.hook.skipped_exact);
   set_u64(h, "window_sample_every", cs.window_every);
   set(h, "window_seen_share", DBL2NUM(cs.window_seen_share));
   set_u64(h, "gc_registrations_deferred", cs.gc_registrations_deferred);
@@ -491,6 +495,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_global_variable(&eHeapscopeError);
 
   VALUE mNative = rb_define_module_under(mHeapscope, "Native");
+  exact_threads_init(mHeapscope);
   rb_define_singleton_method(mNative, "_start", native_start, -1);
   rb_define_singleton_method(mNative, "_focus_stats", native_focus_stats, 0);
   rb_define_singleton_method(mNative, "_focus_class", native_focus_class, 2);

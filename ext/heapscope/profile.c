@@ -45,7 +45,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
   recorder_get_stats(capture_recorder(), &rs);
   labelsets_stats ls = {0};
   if (capture_labels() != NULL) labelsets_get_stats(capture_labels(), &ls);
-  size_t size = 1920 + 2 * 24 * VARIANCE_GROUPS;
+  size_t size = 2048 + 2 * 24 * VARIANCE_GROUPS;
   char *text = malloc(size);
   if (text == NULL) return NULL;
   int used = snprintf(text, size,
@@ -58,7 +58,8 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            "label_sets=%llu max_label_sets=%u label_sets_overflowed=%llu label_sets_dropped=%llu label_threads=%s\n"
            "share_auto=%s current_share=%g min_share=%g share_changes=%llu hook_cost_full_share=%.4f fpc_share=%g\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n"
-           "run_id=%ld-%llu gc_count=%u\n",
+           "run_id=%ld-%llu gc_count=%u\n"
+           "exact_threads=%s exact_tracked=%llu skipped_exact=%llu\n",
            HEAPSCOPE_VERSION, ruby_version, (long)getpid(), c->sample_every, cs.current_every, c->max_overhead, c->max_frames, min_age,
            c->recorder.track_sizes ? "true" : "false", c->recorder.max_tracked_objects, c->recorder.max_stacks,
            (unsigned long long)cs.hook.samples_taken, (unsigned long long)rs.tracked_objects,
@@ -74,7 +75,8 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            (unsigned long long)ls.sets, ls.max_sets, (unsigned long long)ls.overflowed, (unsigned long long)ls.dropped,
            c->label_threads ? "true" : "false",
            cs.share_auto ? "true" : "false", cs.share, cs.min_share, (unsigned long long)cs.share_changes, cs.hook_cost_share,
-           cs.share_auto ? 0.0 : cs.share, (long)getpid(), (unsigned long long)started_at_nanos, snapshot->gc_count);
+           cs.share_auto ? 0.0 : cs.share, (long)getpid(), (unsigned long long)started_at_nanos, snapshot->gc_count,
+           c->exact_threads ? "true" : "false", (unsigned long long)cs.hook.exact_tracked, (unsigned long long)cs.hook.skipped_exact);
   if (snapshot->has_groups && used > 0 && (size_t)used < size) {
     // Live objects' design (every window), then the allocation counters' (since Heapscope.reset).
     const group_design *designs[2] = {&snapshot->design, &snapshot->alloc_design};

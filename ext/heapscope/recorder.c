@@ -76,8 +76,8 @@ static bool alloc_key_equals(const void *ctx, uint32_t id, const void *key) {
   return memcmp(&r->allocs[id - 1].key, key, sizeof(alloc_key)) == 0;
 }
 
-static uint32_t find_counter(const recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t labels, uint32_t *hash) {
-  alloc_key key = {stack_id, class_id, labels};
+static uint32_t find_counter(const recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t labels, bool exact, uint32_t *hash) {
+  alloc_key key = {stack_id, class_id, labels, exact ? 1u : 0u};
   *hash = idindex_hash_bytes(&key, sizeof key);
   return idindex_find(&r->alloc_index, *hash, alloc_key_equals, r, &key);
 }
@@ -93,23 +93,27 @@ static void *room_for_one(void *items, uint32_t *capacity, uint32_t count, size_
   return bigger;
 }
 
-// Adds weight allocations taken in window to the counter of (stack_id, class_id, labels), creating it
-// (and taking a reference to the stack) if new. Returns false when memory is short.
-static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t labels, uint32_t weight, uint32_t window) {
+// Adds weight allocations taken in window to the counter of (stack_id, class_id, labels, exact), creating
+// it (and taking a reference to the stack) if new. An exact counter has no variance. Returns false when
+// memory is short.
+static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, uint32_t labels, uint32_t weight, uint32_t window,
+                             bool exact) {
   uint32_t hash;
-  uint32_t id = find_counter(r, stack_id, class_id, labels, &hash);
+  uint32_t id = find_counter(r, stack_id, class_id, labels, exact, &hash);
   if (id == IDINDEX_NONE) {
     alloc_counter *allocs = room_for_one(r->allocs, &r->alloc_capacity, r->alloc_count, sizeof *allocs, 256);
     if (allocs == NULL) return false;
     r->allocs = allocs;
     id = r->alloc_count + 1;
     if (!idindex_insert(&r->alloc_index, hash, id)) return false;
-    r->allocs[id - 1] = (alloc_counter){.key = {stack_id, class_id, labels}};
+    r->allocs[id - 1] = (alloc_counter){.key = {stack_id, class_id, labels, exact ? 1u : 0u}};
     r->alloc_count++;
     stacktab_retain(r->stacks, stack_id);
   }
   alloc_counter *counter = &r->allocs[id - 1];
-  if (r->config.windowed) group_sums_add(&counter->groups, window, (double)weight);
+  if (exact) {
+    // Known, not estimated: no variance.
+  } else if (r->config.windowed) group_sums_add(&counter->groups, window, (double)weight);
   else counter->bernoulli += bernoulli_variance((double)weight, weight);
   counter->objects += weight;
   return true;
@@ -119,7 +123,7 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
 // the allocation no longer wants them.
 static void count_allocated_bytes(recorder *r, const record *rec, uint64_t size) {
   uint32_t hash;
-  uint32_t id = find_counter(r, rec->stack_id, rec->class_id, rec->labels, &hash);
+  uint32_t id = find_counter(r, rec->stack_id, rec->class_id, rec->labels, (rec->flags & RECORD_EXACT) != 0, &hash);
   if (id == IDINDEX_NONE) return;
   r->allocs[id - 1].bytes += (int64_t)((uint64_t)rec->weight * size);
 }
@@ -131,23 +135,25 @@ void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations) {
 
 // ---- Records ----
 
-void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
-                    uint32_t alloc_gc, uint32_t weight, uint32_t window, uint32_t labels) {
+// recorder_track and recorder_track_exact: exact records carry RECORD_EXACT. False when the record was
+// refused (counted).
+static bool track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id, uint32_t alloc_gc,
+                  uint32_t weight, uint32_t window, uint32_t labels, bool exact) {
   uint32_t stack_id;
   switch (stacktab_acquire(r->stacks, frame_ids, n, &stack_id)) {
     case STACKTAB_OK: break;
-    case STACKTAB_FULL: r->stats.dropped_stack_cap++; return;
-    case STACKTAB_NOMEM: r->stats.dropped_no_memory++; return;
+    case STACKTAB_FULL: r->stats.dropped_stack_cap++; return false;
+    case STACKTAB_NOMEM: r->stats.dropped_no_memory++; return false;
   }
-  if (!count_allocation(r, stack_id, class_id, labels, weight, window)) {
+  if (!count_allocation(r, stack_id, class_id, labels, weight, window, exact)) {
     r->stats.dropped_no_memory++;
     stacktab_release(r->stacks, stack_id);
-    return;
+    return false;
   }
   if (r->record_count >= r->config.max_tracked_objects) {
     r->stats.dropped_tracked_cap++;
     stacktab_release(r->stacks, stack_id);
-    return;
+    return false;
   }
   if (r->record_count == r->record_capacity) {
     size_t capacity = r->record_capacity ? r->record_capacity * 2 : 1024;
@@ -155,15 +161,26 @@ void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t 
     if (records == NULL) {
       r->stats.dropped_no_memory++;
       stacktab_release(r->stacks, stack_id);
-      return;
+      return false;
     }
     r->records = records;
     r->record_capacity = capacity;
   }
   r->records[r->record_count++] = (record){
     .obj = obj, .size = r->config.slot_size, .stack_id = stack_id, .class_id = class_id, .alloc_gc = alloc_gc,
-    .weight = weight, .flags = RECORD_UNMEASURED, .window = window, .labels = labels,
+    .weight = weight, .flags = RECORD_UNMEASURED | (exact ? RECORD_EXACT : 0), .window = window, .labels = labels,
   };
+  return true;
+}
+
+void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
+                    uint32_t alloc_gc, uint32_t weight, uint32_t window, uint32_t labels) {
+  track(r, obj, frame_ids, n, class_id, alloc_gc, weight, window, labels, false);
+}
+
+bool recorder_track_exact(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id, uint32_t alloc_gc,
+                          uint32_t labels) {
+  return track(r, obj, frame_ids, n, class_id, alloc_gc, 1, 0, labels, true);
 }
 
 static uint64_t measure(const recorder *r, VALUE obj) {

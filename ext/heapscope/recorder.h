@@ -79,6 +79,14 @@ stacktab *recorder_stacks(recorder *r);
 void recorder_track(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id,
                     uint32_t alloc_gc, uint32_t weight, uint32_t window, uint32_t labels);
 
+// Starts tracking obj as recorder_track does, but as itself only (weight 1), known rather than sampled:
+// no variance, not multiplied by the weight scale, in allocation counters and snapshot groups of its own
+// (so a snapshot may hold a sampled and an exact sample of one stack and class). For the objects the caller
+// records whole (Threads and Fibers made from Ruby, alloc_hook.h) and never samples. Outside any hook;
+// never allocates Ruby objects, never raises. False when refused (counted, as recorder_track's).
+bool recorder_track_exact(recorder *r, VALUE obj, const uint32_t *frame_ids, uint32_t n, uint32_t class_id, uint32_t alloc_gc,
+                          uint32_t labels);
+
 // Inside GC, at RUBY_INTERNAL_EVENT_GC_END_MARK: measures records not yet measured (except T_DATA,
 // whose dsize functions are extension code not to be run inside the GC) and drops records of objects
 // that were not marked.

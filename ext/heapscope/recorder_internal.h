@@ -14,6 +14,7 @@ enum {
   RECORD_FROZEN_MEASURED = 2, // seen frozen: its size can no longer change
   RECORD_SUSPECT = 8,         // a GC we did not see may have freed its slot, even its page: never read it
                               // until recorder_check_suspects has found the slot on a live page
+  RECORD_EXACT = 16,          // recorded whole (recorder_track_exact): weight 1, no variance, not scaled
 };
 
 typedef struct {
@@ -33,6 +34,7 @@ typedef struct {
   uint32_t stack_id; // the counter holds one reference to the stack
   uint32_t class_id;
   uint32_t labels;
+  uint32_t exact; // 1: counts exact records only (recorder_track_exact), kept apart from the sampled
 } alloc_key;
 
 typedef struct {

@@ -10,6 +10,7 @@
 // The aggregation key of live objects in a snapshot.
 typedef struct {
   uint32_t stack_id, class_id, age_bucket, labels;
+  uint32_t exact; // 1: exact records (RECORD_EXACT), kept apart: not scaled, no variance
 } live_key;
 
 typedef struct {
@@ -54,7 +55,8 @@ static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, l
     if (age < min_age && !(rec->flags & RECORD_UNMEASURED)) continue;
     recorder_measure_record(r, rec);
     if (age < min_age || !grouping) continue;
-    live_key key = {rec->stack_id, rec->class_id, recorder_age_bucket(age), rec->labels};
+    bool exact = (rec->flags & RECORD_EXACT) != 0;
+    live_key key = {rec->stack_id, rec->class_id, recorder_age_bucket(age), rec->labels, exact ? 1u : 0u};
     uint32_t hash = idindex_hash_bytes(&key, sizeof key);
     uint32_t id = idindex_find(&groups->index, hash, live_key_equals, groups, &key);
     if (id == IDINDEX_NONE) {
@@ -69,7 +71,9 @@ static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, l
     double weight = (double)rec->weight, bytes = weight * (double)rec->size;
     g->objects += rec->weight;
     g->bytes += llround(bytes);
-    if (r->config.windowed) {
+    if (exact) {
+      // Known, not estimated: no variance.
+    } else if (r->config.windowed) {
       uint32_t group = variance_group(rec->window);
       g->groups[0][group] += (float)weight;
       g->groups[1][group] += (float)bytes;
@@ -215,7 +219,7 @@ static void scaled_groups(const hs_group_totals in, double scale, const group_de
 
 hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const labelsets *labels, bool allocs, uint32_t min_age,
                                const recorder_estimate *e) {
-  const double scale = e->scale;
+  const double run_scale = e->scale;
   const bool windowed = e->windowed;
   // The designs, the window still open counted as if it closed now.
   group_design design = r->design, alloc_design = r->alloc_design;
@@ -251,6 +255,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
   for (uint32_t i = 0; ok && i < r->alloc_count; i++) {
     const alloc_counter *c = &r->allocs[i];
     if (c->objects == 0) continue;
+    const double scale = c->key.exact ? 1.0 : run_scale; // exact counts are not estimates
     int64_t values[HS_VALUE_COUNT] = {llround((double)c->objects * scale), llround((double)c->bytes * scale), 0, 0};
     // Bytes are measured after the fact, not per window: by group they are the objects at the
     // counter's mean size.
@@ -271,6 +276,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
   }
   for (uint32_t i = 0; ok && i < groups.count; i++) {
     const live_group *g = &groups.groups[i];
+    const double scale = g->key.exact ? 1.0 : run_scale;
     int64_t values[HS_VALUE_COUNT] = {0, 0, llround((double)g->objects * scale), llround((double)g->bytes * scale)};
     double variance[2] = {scale * scale * g->bernoulli_objects, scale * scale * g->bernoulli_bytes};
     hs_group_totals out;

@@ -36,6 +36,7 @@ module Heapscope
       "HEAPSCOPE_SHOW_CONTENTS" => "1 lets reports show contents of the application's objects, such as Hash keys in retainers?keys=1 and String bytes and keys in examples (default 0: classes only)",
       "HEAPSCOPE_FOCUS" => "classes sampled at their own rate, CLASS=N,CLASS2=M (e.g. Quote=10): denser sampling and narrower errors where a decision is made; a class not defined at start is looked for at each profile (docs/configuration.md, focus)",
       "HEAPSCOPE_AUTO_FOCUS" => "0 stops classes whose exact live bytes keep growing over the last profiles getting a 10x denser rate (default 1; needs the census)",
+      "HEAPSCOPE_EXACT_THREADS" => "0 samples Threads and Fibers like other objects instead of recording each one made by Thread.new, .start, .fork or Fiber.new whole (default 1)",
       "HEAPSCOPE_CENSUS" => "0 leaves the exact census of the live heap (per type and class totals, about 15 ms per million objects) out of profiles (default 1)",
       "HEAPSCOPE_MAX_LABEL_SETS" => "distinct label sets kept, 1..1000000; past it new ones become \"(other)\" (default 1000)",
       "HEAPSCOPE_LABELS" => "0 stops Rails apps' requests and jobs being labelled endpoint=Controller#action, job=JobClass (default 1)",
@@ -114,6 +115,8 @@ module Heapscope
         config[:start][:focus] = focus unless focus.nil?
         auto_focus = p.boolean("HEAPSCOPE_AUTO_FOCUS", nil)
         config[:start][:auto_focus] = auto_focus unless auto_focus.nil?
+        exact_threads = p.boolean("HEAPSCOPE_EXACT_THREADS", nil)
+        config[:start][:exact_threads] = exact_threads unless exact_threads.nil?
         census = p.boolean("HEAPSCOPE_CENSUS", nil)
         config[:start][:census] = census unless census.nil?
         sizes = p.boolean("HEAPSCOPE_TRACK_SIZES", nil)

@@ -196,13 +196,21 @@ module Heapscope
         rest_vectors = rest.filter_map { |r| at_sites[r["name"]]&.flat } + unlisted
         shown_totals = shown.map { |r| @class_totals[r["name"]].drop(1) }
         other_sq = @sq_bytes && shown_totals.all? { |t| t[2] } ? [@sq_bytes - shown_totals.sum { |t| t[2] }, 0.0].max : nil
+        other_sq = [other_sq - exact_sq(sampling, rest.map { |r| r["name"] }), 0.0].max if other_sq
         other = row.call(OTHER, [@objects - shown_totals.sum { |t| t[0] }, @bytes - shown_totals.sum { |t| t[1] }, other_sq],
                          rest_vectors)
         other["count"] = @classes - shown.size if @classes >= shown.size
         data["rows"] = shown
         data["other"] = other
-        data["types"] = type_rows(at_sites, col, row)
+        data["types"] = type_rows(at_sites, col, row, sampling)
         data
+      end
+
+      # The squared bytes of the listed classes among names that are recorded whole: nothing of them is
+      # unseen by chance, so they take no part in a row's census error (a Thread's 1 MiB stack squared
+      # made the T_DATA row's error 90 MiB).
+      def exact_sq(sampling, names)
+        names.sum { |c| sampling.exact_classes.include?(c) && (t = @class_totals[c]) ? t[3].to_f : 0.0 }
       end
 
       # The error the census alone gives what no site saw, as a callable of a row's exact [objects, bytes,
@@ -218,7 +226,7 @@ module Heapscope
       def census_error(sampling, col)
         w = [sampling.sample_every, sampling.current_sample_every].compact.max
         lambda do |_objects, _bytes, sq = nil, label = nil|
-          rate = sampling.focus_rates[label] || w
+          rate = sampling.exact_classes.include?(label) ? 1 : sampling.focus_rates[label] || w
           next nil unless col == 2 && sq && rate && rate > 1
 
           Math.sqrt((rate - 1) * sq)
@@ -226,12 +234,17 @@ module Heapscope
       end
 
       # One row per builtin type: a type's sites are those of the classes whose line names that type.
-      def type_rows(at_sites, col, row)
+      def type_rows(at_sites, col, row, sampling)
         by_type = Hash.new { |h, k| h[k] = [] }
+        exact = Hash.new { |h, k| h[k] = [] }
         @class_totals.each do |c, (type, *)|
           e = at_sites[c] and by_type[type] << e.flat
+          exact[type] << c if sampling.exact_classes.include?(c)
         end
-        rows = @types.map { |t, totals| row.call(t, totals, by_type[t]) }
+        rows = @types.map do |t, totals|
+          totals = [*totals.first(2), [totals[2] - exact_sq(sampling, exact[t]), 0.0].max] if totals[2] && exact.key?(t)
+          row.call(t, totals, by_type[t])
+        end
         rows.sort_by! { |r| [-r["exact"], r["name"]] }
         rows.first(SHOWN)
       end

@@ -41,6 +41,14 @@ module Heapscope
       attr_reader :sample_every, :current_sample_every, :period, :windows, :share, :mode
       # Focused classes in force (lib/heapscope/focus.rb): class name => its rate in force (1 in N).
       attr_reader :focus_rates
+      # The classes recorded whole, never sampled (the exact_threads start option): their sites are
+      # exact, and so is what no site shows of them. [] when the profile does not say so.
+      attr_reader :exact_classes
+
+      EXACT_THREADS = /\Aexact_threads=true\b/.freeze
+      # Their names as the census and the class labels give them (subclasses are recorded whole too, but
+      # a profile cannot tell them by name: their rows keep the sampled error, which is wider).
+      EXACT_CLASS_NAMES = %w[Thread Fiber].freeze
 
       SAMPLE_EVERY = /\bsample_every=(\d{1,19})(?!\d)/.freeze
       CURRENT_SAMPLE_EVERY = /\bcurrent_sample_every=(\d{1,19})(?!\d)/.freeze
@@ -138,6 +146,7 @@ module Heapscope
         @fpc_share = nil
         @focus = []
         @focus_rates = {}
+        @exact_classes = []
         prof.comments.each do |c|
           if (m = c.match(FOCUS))
             @focus << "#{m[3]} 1 in #{m[1]}#{" (not defined yet)" if m[2] == "pending"}#{" (automatic: it grew)" if m[2] == "auto"}"
@@ -150,6 +159,7 @@ module Heapscope
           # (it made every error infinite, which JSON cannot hold).
           # The share the finite-population correction uses where it differs from share= (0: none, when
           # the budget moved the share during the run).
+          @exact_classes = EXACT_CLASS_NAMES if c.match?(EXACT_THREADS)
           m = c.match(FPC_SHARE)
           @fpc_share = Float(m[1], exception: false) if m
           m = c.match(SAMPLE_EVERY)
