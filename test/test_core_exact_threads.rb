@@ -9,6 +9,7 @@
 require_relative "core_helper"
 require "open3"
 require "rbconfig"
+require "tmpdir"
 require "heapscope/report/census"
 require "heapscope/report/sites"
 
@@ -69,7 +70,8 @@ class TestCoreExactThreads < Minitest::Test
   def test_threads_and_fibers_are_recorded_whole_at_their_line
     Heapscope.start(sample_every: 1000)
     with_threads_and_fibers do |threads, fibers|
-      prof = heap_profile(gc: true)
+      bytes = Heapscope.profile(gc: true)
+      prof = decode(bytes)
       check_exact(prof, threads, fibers)
       assert_equal 12, Heapscope.stats[:exact_tracked]
       assert_includes prof.comments, "exact_threads=true exact_tracked=12 skipped_exact=#{Heapscope.stats[:skipped_exact]}"
@@ -79,6 +81,17 @@ class TestCoreExactThreads < Minitest::Test
       row = census.report(prof, ti)["rows"].find { |r| r["name"] == "Thread" }
       assert_equal 0, row["error"]
       assert_equal threads[0, 6].sum { |t| ObjectSpace.memsize_of(t) }, row["at_sites"]
+      # go tool pprof reads the same: the Fibers' line holds 4 objects of class Fiber. (Last: Open3
+      # makes threads of its own, recorded too.)
+      Dir.mktmpdir do |dir|
+        path = File.join(dir, "heap.pb.gz")
+        File.binwrite(path, bytes)
+        top, status = Open3.capture2e("go", "tool", "pprof", "-top", "-lines", "-sample_index=inuse_objects",
+                                      "-tagfocus=class=Fiber", path)
+        assert status.success?, top
+        row = top.lines.find { |l| l.include?("#{File.basename(__FILE__)}:#{line_of("# FIBER_NEW", __FILE__)}") }
+        assert_match(/\A\s*4\s/, row.to_s, top)
+      end
     end
   end
 

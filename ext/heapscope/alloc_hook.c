@@ -197,9 +197,8 @@ static void sample(VALUE obj, uint32_t weight) {
                  plan_cluster(&plan), current_labels());
 }
 
-void alloc_hook_track_exact(VALUE obj, int skip) {
-  if (!hook.exact_threads || hook.recorder == NULL || plan.halted || RB_SPECIAL_CONST_P(obj) || !thread_or_fiber(obj)) return;
-  if (hook.excluded_count != 0 && thread_excluded(rb_thread_current())) return; // heapscope's own thread
+// The work of alloc_hook_track_exact, less the checks.
+static void track_exact(VALUE obj, int skip) {
   int count = capture_frames(skip);
   if (count < 0) return;
   uint32_t class_id = names_class_id(recorder_strings(hook.recorder), obj);
@@ -210,6 +209,16 @@ void alloc_hook_track_exact(VALUE obj, int skip) {
   if (recorder_track_exact(hook.recorder, obj, hook.frame_ids, (uint32_t)count, class_id, (uint32_t)rb_gc_count(), current_labels())) {
     hook.stats.exact_tracked++;
   }
+}
+
+void alloc_hook_track_exact(VALUE obj, int skip) {
+  if (!hook.exact_threads || hook.recorder == NULL || plan.halted || RB_SPECIAL_CONST_P(obj) || !thread_or_fiber(obj)) return;
+  if (hook.excluded_count != 0 && thread_excluded(rb_thread_current())) return; // heapscope's own thread
+  // heapscope's work, as a sample's: charged to its own time and the overhead budget (a program that
+  // makes fibers by the thousand pays for their records there).
+  uint64_t started = plan_monotonic_nanos();
+  track_exact(obj, skip);
+  plan_charge(&plan, started, plan_monotonic_nanos());
 }
 
 static inline uint32_t focus_slot_of(VALUE klass) { return (uint32_t)(((uint64_t)klass * 0x9e3779b97f4a7c15ull) >> 57) % FOCUS_SLOTS; }

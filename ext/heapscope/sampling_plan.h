@@ -21,12 +21,13 @@
 // allocations the hook has seen (the weight scale needs them all). Which allocations belong to a
 // stratum is the hook's business (alloc_hook.c: a table of classes); here a stratum is a number.
 //
-// Virtual time is monotonic time minus heapscope's own work (own_nanos, plan_charge), which happens only
-// while the hook is on and would otherwise stretch windows over less of the program (schedule.h).
+// Virtual time is monotonic time minus heapscope's own work (own_nanos, plan_charge), which happens
+// mostly while the hook is on and would otherwise stretch windows over less of the program
+// (schedule.h); recording a Thread or Fiber whole (alloc_hook_track_exact) is charged too, at any time.
 //
 // Who calls what: the NEWOBJ hook (alloc_hook.c) decrements `countdown` and, at 0, calls plan_sampled,
-// plan_charge and plan_draw; windows.c calls the rest at sync points and registers or removes the hook
-// as told; capture.c starts the plan and reads its statistics.
+// plan_charge and plan_draw (alloc_hook_track_exact calls plan_charge); windows.c calls the rest at sync
+// points and registers or removes the hook as told; capture.c starts the plan and reads its statistics.
 //
 // Pure C, no Ruby: unit-tested on its own (test/c/test_sampling_plan.c). Not thread-safe: every function
 // runs with the GVL held (one plan per process), except that the ticker thread shares `chain` under the
