@@ -65,7 +65,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                  "def fz_site1(n) = Array.new(n) { |i| [i, i.to_s] }\n"
                  "def fz_site2(n) = Array.new(n) { |i| { i => Object.new } }\n"
                  "def fz_site3(n) = Array.new(n) { |i| Struct.new(:a).new(i) }\n"
-                 "def fz_deep(d, n) = d.zero? ? fz_site0(n) : fz_deep(d - 1, n)\n");
+                 "def fz_deep(d, n) = d.zero? ? fz_site0(n) : fz_deep(d - 1, n)\n"
+                 // lib/heapscope.rb's wrappers (exact_threads.h): Fibers made here are recorded whole.
+                 "Fiber.singleton_class.prepend(Heapscope::FiberWatch)\n"
+                 "def fz_fibers(n) = Array.new(n) { Fiber.new { Fiber.yield } }.each(&:resume)\n");
   return 0;
 }
 
@@ -73,17 +76,18 @@ static void start(fz_input *in) {
   static const char *const shares[] = {"0.02", "0.3", "1.0"};
   // Focused classes (their own countdowns): none, or Strings and/or Arrays at a dense rate.
   static const char *const focus[] = {"nil", "[[String, 1]]", "[[Array, 3], [String, 2]]"};
-  run("Heapscope::Native._start(%u, %u, %u, %s, %u, %u, 40, %s, %s, %s, %s, %u, %s)", fz_below(in, 4) == 0 ? 1 + fz_below(in, 50) : 1,
+  run("Heapscope::Native._start(%u, %u, %u, %s, %u, %u, 40, %s, %s, %s, %s, %u, %s, %s)", fz_below(in, 4) == 0 ? 1 + fz_below(in, 50) : 1,
       1 + fz_below(in, 64), fz_below(in, 3), fz_below(in, 2) ? "true" : "false", 1 + fz_below(in, 5000),
       1 + fz_below(in, 200), fz_below(in, 2) ? "nil" : "0.5", fz_below(in, 2) ? "true" : "false",
-      shares[fz_below(in, 3)], fz_below(in, 2) ? "true" : "false", 1 + fz_below(in, 8), focus[fz_below(in, 3)]);
+      shares[fz_below(in, 3)], fz_below(in, 2) ? "true" : "false", 1 + fz_below(in, 8), focus[fz_below(in, 3)],
+      fz_below(in, 4) ? "true" : "false");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_input in = {data, size};
   start(&in);
   for (int op = 0; op < 64 && in.left > 0; op++) {
-    switch (fz_below(&in, 12)) {
+    switch (fz_below(&in, 13)) {
       case 0: case 1: case 2: { // allocate at a site, keep or drop
         unsigned site = fz_below(&in, 4), n = fz_below(&in, 300);
         if (fz_below(&in, 2)) run("$fuzz_keep.concat(fz_site%u(%u))", site, n);
@@ -111,6 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
       }
       case 9: run("Heapscope::Native._reset"); break;
+      case 12: run("$fuzz_keep.concat(fz_fibers(%u))", fz_below(&in, 40)); break; // Fibers, kept (exact_threads)
       case 10: run("Heapscope::Native._stop"); start(&in); break;
       case 11: // labels in force (the fiber-local the hook reads): a set (maybe past the cap), none, or a bogus id
         switch (fz_below(&in, 3)) {
