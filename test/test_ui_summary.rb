@@ -92,6 +92,7 @@ class TestUISummary < Minitest::Test
       ->(d) { d["label_sets"][0][3] = d["label_sets"][0][3].first(15) },
       ->(d) { d["label_sets"][0][3] = "x" },
       ->(d) { d["design"]["allocations"] = "x" },
+      ->(d) { d["design"]["total"] = 0 }, # would divide by zero: NaN in the timeline's JSON
       ->(d) { d["design"] = nil }, # parts without a design
     ].each_with_index do |tamper, i|
       data = JSON.parse(JSON.generate(good))

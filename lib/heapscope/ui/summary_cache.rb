@@ -125,8 +125,8 @@ module Heapscope
         return facts unless h.key?("design")
 
         design = h["design"]
-        ok = design.is_a?(Array) && design.all?(Numeric) && h["total"].is_a?(Numeric) && h["groups"].is_a?(Integer) &&
-             h["fpc"].is_a?(Numeric)
+        ok = design.is_a?(Array) && design.all?(Numeric) && h["total"].is_a?(Numeric) && h["total"].positive? &&
+             h["groups"].is_a?(Integer) && h["fpc"].is_a?(Numeric)
         return nil unless ok
 
         facts.merge(design: design.map(&:to_f), total: h["total"].to_f, groups: h["groups"], fpc: h["fpc"].to_f)
@@ -153,13 +153,14 @@ module Heapscope
       end
 
       # The cached live design ({allocations:, total:, groups:, fpc:}), checked: nil when absent or
-      # malformed.
+      # malformed. A total of 0 would divide by zero (NaN, which the timeline's JSON cannot hold).
       def design_of(h)
         return nil unless h.is_a?(Hash)
 
         a = h["allocations"]
-        ok = a.is_a?(Array) && !a.empty? && a.all?(Numeric) && h["total"].is_a?(Numeric) && h["groups"].is_a?(Integer) &&
-             h["fpc"].is_a?(Numeric)
+        ok = a.is_a?(Array) && !a.empty? && a.all? { |x| x.is_a?(Numeric) && x >= 0 } && h["total"].is_a?(Numeric) &&
+             h["total"].positive? && h["groups"].is_a?(Integer) && h["groups"].between?(0, a.size) &&
+             h["fpc"].is_a?(Numeric) && h["fpc"].between?(0, 1)
         ok ? { allocations: a.map(&:to_f), total: h["total"].to_f, groups: h["groups"], fpc: h["fpc"].to_f } : nil
       end
 
