@@ -114,7 +114,7 @@ module Heapscope
           else NOISE
           end
         res[:shape] ||= "steady" if res[:verdict] == LEAK
-        advise(res, t, line, rho, every, unit) if res[:verdict] == UNCLEAR
+        advise(res, t, line, rho, every, unit, one_run: !slope_variance.nil?) if res[:verdict] == UNCLEAR
         res
       end
 
@@ -175,7 +175,7 @@ module Heapscope
       # errors, if it keeps its rate and the errors grow with the value as they have), sample_every
       # (the rate that would reach Z over these snapshots: errors scale as sqrt(sample_every)), and the
       # advice as a sentence.
-      def advise(res, t, line, rho, every, unit)
+      def advise(res, t, line, rho, every, unit, one_run: false)
         rate = res[:rate]
         parts = []
         if rho.nil?
@@ -186,7 +186,7 @@ module Heapscope
         step_t = (t.last - t.first) / (n - 1)
         if rate.positive? && step_t.positive?
           inflate = [1.0, res[:scatter] || 1.0].max
-          more = more_snapshots(t, line, rate, rho, inflate, step_t)
+          more = one_run ? more_snapshots_of_one_run(t.size, res[:z]) : more_snapshots(t, line, rate, rho, inflate, step_t)
           res[:more_snapshots] = more
           per = " (#{Units.signed(rate.round, unit)}/min) and #{Units.abs_error(res[:point_error], unit)} per snapshot"
           parts << if more
@@ -231,6 +231,18 @@ module Heapscope
           z_at.call(mid) > Z ? hi = mid : lo = mid
         end
         hi
+      end
+
+      # The same for snapshots of one run (the slope's variance from what changed between them,
+      # Report::Persistence): what varies is what was sampled or lost between snapshots, whose variance
+      # grows with the span, so the slope's error falls as 1 / sqrt(span) (a random walk's slope), not
+      # as the independent points' 1 / span^1.5: z grows as sqrt(span). n snapshots at z need
+      # (n - 1) x ((Z / z)^2 - 1) more at the same interval; nil beyond MAX_MORE or without a trend.
+      def more_snapshots_of_one_run(n, z)
+        return nil unless z&.positive? && z.finite?
+
+        more = [((n - 1) * ((Z / z)**2 - 1)).ceil, 1].max
+        more > MAX_MORE ? nil : more
       end
 
       # The sample_every at which z would pass Z with the same values: errors scale as sqrt(sample_every)
