@@ -26,6 +26,7 @@ static struct {
   names *names;
   VALUE holder, gc_hook;
   uint32_t last_gc_count; // rb_gc_count() at the last GC_END_MARK (or at start)
+  uint32_t started_gc_count; // rb_gc_count() at start: a GC with this number began before the run
   const char *failure;    // set by capture_fail: sampling is off until the next start
   const char *off_reason; // set when capture switched itself off for a Ractor
   uint64_t invalid_seen;  // the recorder's invalid_records when last checked
@@ -94,12 +95,14 @@ static void on_gc_end_mark(VALUE tracepoint, void *unused) {
   // Switched off soon (capture_settle_ractors); until then no record is read (this GC counts as missed).
   if (!ractors_guard()) return;
   uint64_t started = plan_monotonic_nanos();
-  cap.gc_end_marks++;
+  uint32_t gc_count = (uint32_t)rb_gc_count();
+  // Counted as seen only if it began after the start: one whose incremental marking was under way then
+  // is not among the GCs since start, and counting it made seen + missed one more than them.
+  if ((int32_t)(gc_count - cap.started_gc_count) > 0) cap.gc_end_marks++;
   // Ruby runs no internal-event hook while another one runs, so a GC triggered by an allocation inside
   // someone else's NEWOBJ hook has no GC_END_MARK for us (nor has a GC Ruby 3.1's windowed mode could
   // not register in). This GC started as number gc_count, so those after our last pass and before it
   // were unseen: the records they could have invalidated become suspects, checked soon after.
-  uint32_t gc_count = (uint32_t)rb_gc_count();
   account_unseen_gcs(gc_count - 1);
   cap.last_gc_count = gc_count;
   recorder_on_gc_end_mark(cap.recorder);
@@ -259,7 +262,7 @@ bool capture_start(const capture_config *config) {
     return false;
   }
   cap.gc_end_marks = cap.gc_end_marks_missed = 0;
-  cap.last_gc_count = (uint32_t)rb_gc_count();
+  cap.started_gc_count = cap.last_gc_count = (uint32_t)rb_gc_count();
   cap.failure = NULL;
   ractors_guard_start();
   cap.off_reason = NULL;
