@@ -60,9 +60,9 @@ module Heapscope
     #
     # run, persist and extras let the leak verdicts judge snapshots of one run by what changed between
     # them, as `heapscope leaks` does (Report::Persistence): run is the profile's run id (nil without
-    # one); persist what the run's errors need, {gc:, min_age:} and, windowed, {design: [A_g], total:,
-    # groups:, fpc:} (nil: neither); extras, parallel to ids, each kept site's [its parts by variance
-    # group (windowed, else nil), its {gc_age bucket => [value, T_var]}].
+    # one); persist what the run's errors need beside the design, {gc:, min_age:} (nil: the profile
+    # has neither a design nor variance labels); extras, parallel to ids, each kept site's [its parts by
+    # variance group (windowed, else nil), its {gc_age bucket => [value, T_var]}].
     Summary = Struct.new(:time, :total, :total_error, :unit, :every, :memory, :ids, :values, :errors, :top, :floor,
                          :label_sets, :label_rest, :run, :persist, :extras, :design, keyword_init: true) do
       # [value, 1σ error] of site id in this snapshot.
@@ -158,12 +158,7 @@ module Heapscope
         return nil unless Report::Persistence.run_id(prof) && prof.sample_types[ti][0].start_with?("inuse_")
 
         facts = Report::Persistence.gc_facts(prof) or return nil
-        ages = Report::Persistence::AgeColumns.new(prof, ti, sampling)
-        if (design = sampling.live_design)
-          [facts.merge(design: design[:allocations], total: design[:total], groups: design[:groups], fpc: sampling.fpc), ages]
-        elsif sampling.variance?
-          [facts, ages]
-        end
+        [facts, Report::Persistence::AgeColumns.new(prof, ti, sampling)] if sampling.live_design || sampling.variance?
       end
 
       # [sets, whole]: sets are [[pairs, value, 1σ error, parts]...] of the samples carrying user labels,

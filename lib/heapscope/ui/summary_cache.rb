@@ -21,7 +21,7 @@ module Heapscope
     # written atomically and read only if regular and at most MAX_FILE bytes. A failure to read or
     # write the cache only costs the decode.
     class SummaryCache
-      FORMAT = 5 # 3: label sets; 4: one run (run, persist, extras); 5: the live design, label sets' parts
+      FORMAT = 6 # 3: label sets; 4: one run (run, persist, extras); 5: the live design, label sets' parts; 6: the design once
       VARIABLE = "HEAPSCOPE_UI_CACHE"
       # A summary keeps at most 300 sites (Summary): far below this.
       MAX_FILE = 16 * 1024 * 1024
@@ -61,16 +61,16 @@ module Heapscope
         errors = data["errors"].unpack1("m").unpack("E*")
         return nil unless ids.size == values.size && ids.size == errors.size
 
+        design = design_of(data["design"])
+        return nil if data["design"] && design.nil?
+
         persist = persist_of(data["persist"])
-        extras = extras_of(data["extras"], persist, ids.size)
+        extras = extras_of(data["extras"], persist, design, ids.size)
         # Malformed one-run data is a miss: read as none, this snapshot alone would turn the series'
         # leak verdicts back to the points' errors.
         return nil if (data["persist"] && persist.nil?) || (persist && extras.nil?)
 
         rows = ids.each_index.map { |i| [ids[i], values[i], errors[i], extras && extras[i]] }.sort_by!(&:first)
-        design = design_of(data["design"])
-        return nil if data["design"] && design.nil?
-
         sets = label_sets(data["label_sets"], design)
         return nil unless sets
 
@@ -110,8 +110,8 @@ module Heapscope
       def extras_json(summary)
         return nil unless summary.persist
 
-        packed = if summary.persist[:design]
-                   width = summary.persist[:design].size
+        packed = if summary.design
+                   width = summary.design[:allocations].size
                    [summary.extras.flat_map { |p, _| p || Array.new(width, 0.0) }.pack("E*")].pack("m0")
                  end
         { "parts" => packed, "ages" => summary.extras.map { |_, a| (a || {}).map { |b, (v, var)| [b, v, var] } } }
@@ -121,24 +121,16 @@ module Heapscope
       def persist_of(h)
         return nil unless h.is_a?(Hash) && h["gc"].is_a?(Integer) && h["min_age"].is_a?(Integer)
 
-        facts = { gc: h["gc"], min_age: h["min_age"] }
-        return facts unless h.key?("design")
-
-        design = h["design"]
-        ok = design.is_a?(Array) && design.all?(Numeric) && h["total"].is_a?(Numeric) && h["total"].positive? &&
-             h["groups"].is_a?(Integer) && h["fpc"].is_a?(Numeric)
-        return nil unless ok
-
-        facts.merge(design: design.map(&:to_f), total: h["total"].to_f, groups: h["groups"], fpc: h["fpc"].to_f)
+        { gc: h["gc"], min_age: h["min_age"] }
       end
 
-      # The cached extras of n sites under persist, checked: nil when malformed.
-      def extras_of(raw, persist, n)
+      # The cached extras of n sites under persist and design (design_of), checked: nil when malformed.
+      def extras_of(raw, persist, design, n)
         return nil unless persist && raw.is_a?(Hash) && raw["ages"].is_a?(Array) && raw["ages"].size == n
 
         parts = Array.new(n)
-        if persist[:design]
-          width = persist[:design].size
+        if design
+          width = design[:allocations].size
           flat = raw["parts"].is_a?(String) ? raw["parts"].unpack1("m").unpack("E*") : []
           return nil unless flat.size == n * width
 

@@ -94,14 +94,14 @@ module Heapscope
         extras = sums.map { |s| s.extra(id) }
         return nil if extras.include?(:unknown) || !Report::Persistence.gc_series?(facts)
 
-        windowed = facts.all? { |f| f[:design] }
-        return nil unless windowed || facts.none? { |f| f[:design] }
+        windowed = sums.all?(&:design)
+        return nil unless windowed || sums.none?(&:design)
 
-        designs = windowed ? facts.map { |f| { allocations: f[:design], total: f[:total], groups: f[:groups] } } : nil
+        designs = windowed ? sums.map(&:design) : nil
         return nil if windowed && designs.map { |d| d[:allocations].size }.uniq.size != 1
 
         Report::Persistence.series_variance(times, values, errors, extras.map(&:last), facts, parts: extras.map(&:first),
-                                            designs: designs, fpc: facts.last[:fpc] || 1.0)
+                                            designs: designs, fpc: windowed ? designs.last[:fpc] : 1.0)
       end
 
       # Leaks.rank over the sites that grew most from the first snapshot to the last, each row with its
