@@ -55,7 +55,7 @@ module Heapscope
       end
 
       # The listener's own replies (401, 4xx for bad requests, 408, 503) carry the same cache-control
-      # and pid headers as the profile responses, as docs/surfaces.md promises for every response.
+      # and pid headers as the profile responses, as docs/http-endpoints.md promises for every response.
       def self.text(status, message, extra = {}, head: false)
         body = "#{message}\n".b
         headers = {
