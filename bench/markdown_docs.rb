@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 # Deterministic Markdown documents for the kramdown workloads (bench/workloads/6_kramdown.rb, the cost
-# benchmark, and bench/accuracy/cases/8_kramdown.rb, the accuracy case): headers, paragraphs with
+# benchmark, and bench/accuracy/cases/08_kramdown.rb, the accuracy case): headers, paragraphs with
 # emphasis, links and code spans, lists, code blocks, tables and block quotes. The same arguments give
 # the same text in every process.
 module MarkdownDocs

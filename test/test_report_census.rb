@@ -151,6 +151,22 @@ class TestReportCensus < Minitest::Test
     assert_equal [12, 2000, -1988], objects["Thread"].values_at("exact", "at_sites", "not_seen")
   end
 
+  # One class's or type's row on its own (what bench/accuracy checks a site's class by) is the row the
+  # report shows, whether or not the report lists it among its first rows; nil for what the census lacks.
+  def test_one_class_or_type_row_is_the_reports_row
+    prof = example
+    census = Census.of(prof)
+    %w[inuse_space inuse_objects].each do |type|
+      ti = prof.sample_index(type)
+      data = census.report(prof, ti)
+      data["rows"].each { |r| assert_equal r, census.class_row(prof, ti, r["name"]), "#{type} #{r["name"]}" }
+      data["types"].each { |r| assert_equal r, census.type_row(prof, ti, r["name"]), "#{type} #{r["name"]}" }
+      assert_nil census.class_row(prof, ti, "NoSuchClass")
+      assert_nil census.type_row(prof, ti, "T_STRUCT")
+    end
+    assert_nil census.class_row(prof, prof.sample_index("alloc_space"), "String"), "allocations are not what is alive"
+  end
+
   def test_the_census_error_is_the_error_top_gives_the_class
     prof = example
     data = Top.report(prof, by: "class", sample: "inuse_space")

@@ -22,6 +22,10 @@ module Accuracy
   # What heapscope counts for an object it never measured (lib/heapscope.rb's SLOT_SIZE): one slot.
   SLOT_SIZE = GC::INTERNAL_CONSTANTS[:RVALUE_SIZE] || GC::INTERNAL_CONSTANTS[:BASE_SLOT_SIZE] || 40
 
+  # Core classes and the census's names of their types (Accuracy.builtin_type); the first match wins.
+  CORE_TYPES = [[String, "T_STRING"], [Array, "T_ARRAY"], [Hash, "T_HASH"], [Thread, "T_DATA"], [Fiber, "T_DATA"],
+                [Struct, "T_STRUCT"], [Object, "T_OBJECT"]].freeze
+
   # Site classes live here, so a profile's class labels name them (Accuracy::Sites::FifoValue).
   module Sites; end
   module Cases; end
@@ -49,6 +53,11 @@ module Accuracy
     def now
       Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
+
+    # The builtin type (the census's T_STRING...) of a class's instances, from its nearest core ancestor.
+    def builtin_type(klass)
+      CORE_TYPES.find { |k, _| klass <= k }&.last
+    end
   end
 
   # What every case shares: its name and summary, the size scale (1.0 full, smaller with --quick) and the
@@ -61,6 +70,12 @@ module Accuracy
         @name_ = name
         @summary = summary
         Accuracy.cases[name] = self
+      end
+
+      # Whether the spread ratio to :always is a criterion (default) or only reported.
+      def judge_ratio(judged = nil)
+        @judge_ratio = judged unless judged.nil?
+        @judge_ratio.nil? ? true : @judge_ratio
       end
     end
 
@@ -116,17 +131,27 @@ module Accuracy
     # The first calls of each site check that it allocates exactly one object.
     CHECKED_CALLS = 64
 
+    # A site's options (all off by default):
+    #   shared   threads call make at once (a request app's handlers): make takes a lock, so its counts
+    #            and its one-object check see its own call only
+    #   by_class the line allocates other objects beside the site's own (Thread.new makes a Thread and
+    #            some internals), so the site is read by its class (`top --label class=...`) and the
+    #            one-object check is skipped
+    #   exact    heapscope records the site's objects whole (Threads and Fibers: exact_threads), so no
+    #            run may read it above 2x its truth (issue 31's acceptance)
     class Site
-      attr_reader :name, :file, :line, :klass, :allocs, :bytes, :bad_checks
+      attr_reader :name, :file, :line, :klass, :allocs, :bytes, :bad_checks, :options
 
-      def initialize(name, klass, block)
+      def initialize(name, klass, block, options)
         @name = name
         @klass = klass
         @block = block
+        @options = options
         @file, @line = block.source_location
+        @lock = Mutex.new if options[:shared]
         @allocs = 0
         @bytes = 0
-        @checks = 0
+        @checks = options[:by_class] ? CHECKED_CALLS : 0
         @bad_checks = 0
       end
 
@@ -137,6 +162,20 @@ module Accuracy
       # Allocates one object at the site's line (the block gets the site's class and arg). One fixed
       # argument: a splat would allocate an Array per call.
       def make(arg = nil)
+        return @lock.synchronize { make_one(arg) } if @lock
+
+        make_one(arg)
+      end
+
+      # Forgets the calls so far (warm-up calls before Heapscope.start, which did their checks).
+      def reset_counts
+        @allocs = 0
+        @bytes = 0
+      end
+
+      private
+
+      def make_one(arg)
         if @checks < CHECKED_CALLS
           @checks += 1
           before = GC.stat(:total_allocated_objects)
@@ -155,13 +194,30 @@ module Accuracy
       @site_table ||= {}
     end
 
-    # Declares a site: site(:fifo_value, String) { |k, n| k.new << FILL[n] }.
-    def site(name, base = Object, &block)
+    # Declares a site: site(:fifo_value, String) { |k, n| k.new << FILL[n] }; options: Site's.
+    def site(name, base = Object, shared: false, by_class: false, exact: false, &block)
       const = name.to_s.split("_").map(&:capitalize).join
       klass = if Accuracy::Sites.const_defined?(const, false) then Accuracy::Sites.const_get(const, false)
               else Accuracy::Sites.const_set(const, Class.new(base))
               end
-      sites[name] = Site.new(name, klass, block)
+      sites[name] = Site.new(name, klass, block, { shared: shared, by_class: by_class, exact: exact })
+    end
+
+    # {site key => class name} of the sites read by their class (Site's by_class).
+    def label_sites
+      sites.values.select { |s| s.options[:by_class] }.to_h { |s| [s.key, s.klass.name] }
+    end
+
+    # {site key => {"class" =>, "type" =>, "exact" =>}}: what the census checks need of each site.
+    def site_info
+      sites.values.to_h do |s|
+        [s.key, { "class" => s.klass.name, "type" => Accuracy.builtin_type(s.klass), "exact" => s.options[:exact] }]
+      end.merge(extra_info)
+    end
+
+    # The census types of the sites a case counts its own way; {site key => {"types" => [T_NAME, ...]}}.
+    def extra_info
+      {}
     end
 
     def files
@@ -235,14 +291,29 @@ module Accuracy
       {}
     end
 
+    def label_sites
+      {}
+    end
+
+    # A library site's type comes from its traced truth (trace.rb), not from here.
+    def site_info
+      {}
+    end
+
     # Loads the bundle's bench group (where the Gemfile lists the gems), then the gems.
     def self.require_gems(*libs)
-      require "bundler"
-      ENV["BUNDLE_GEMFILE"] ||= File.expand_path("../../Gemfile", __dir__)
-      Bundler.setup(:default, :bench)
-      libs.each { |l| require l }
-    rescue LoadError, Bundler::GemNotFound => e
-      raise LoadError, "#{e.message.lines.first.strip} (install the Gemfile's bench group: bench/accuracy/run does, unless --no-setup)"
+      Accuracy.require_group(:bench, libs)
     end
+  end
+
+  # Loads a group of the project's Gemfile (bench: the gems; surfaces: rack and puma for the request
+  # app), then the libraries, with a LoadError that says how to install them.
+  def self.require_group(group, libs)
+    require "bundler"
+    ENV["BUNDLE_GEMFILE"] ||= File.expand_path("../../Gemfile", __dir__)
+    Bundler.setup(:default, group)
+    libs.each { |l| require l }
+  rescue LoadError, Bundler::GemNotFound => e
+    raise LoadError, "#{e.message.lines.first.strip} (install the Gemfile's #{group} group: bench/accuracy/run does, unless --no-setup)"
   end
 end

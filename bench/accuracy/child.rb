@@ -23,6 +23,7 @@ def measure(kase, mode, plan, profile_path)
   options[:sampling] = :always if mode == "always"
   options[:window_share] = plan["window_share"] == "budget" ? :budget : plan["window_share"] if plan["window_share"] && mode != "always"
   options[:max_overhead] = plan["max_overhead"] == "off" ? nil : plan["max_overhead"] if plan["max_overhead"]
+  options[:focus] = plan["focus"] if plan["focus"]
   GC.start(full_mark: true, immediate_sweep: true)
   t1 = Accuracy.now
   Heapscope.start(**options)
@@ -34,11 +35,16 @@ def measure(kase, mode, plan, profile_path)
   Heapscope.stop
   truth = kase.truth # after the profile's full GC: what it counted as live is what is live
   t3 = Accuracy.now
-  estimates, describe = Accuracy::Estimates.read(profile_path, kase.files)
+  info = kase.site_info
+  estimates, describe, census = Accuracy::Estimates.read(profile_path, kase.files, label_sites: kase.label_sites,
+                                                                                   classes: info.values.map { |i| i["class"] }.compact.uniq)
+  # heapscope's own time (the hook's measured cost per allocation it saw, sampling, sync jobs: what the
+  # overhead budget counts) as a share of the work's CPU time.
+  kase.notes["own_cpu_share"] = (stats["own_ns"].to_f / 1e9 / kase.notes["work_cpu_s"]).round(4) if stats["own_ns"] && kase.notes["work_cpu_s"].to_f.positive?
   kase.notes.update("setup_s" => (t1 - t0).round(3), "profile_and_truth_s" => (t3 - t2).round(3),
                     "report_s" => (Accuracy.now - t3).round(3))
   { "truth" => truth, "names" => kase.site_names, "estimates" => estimates, "report_sampling" => describe,
-    "stats" => stats, "notes" => kase.notes }
+    "stats" => stats, "notes" => kase.notes, "census" => census, "site_info" => info }
 end
 
 workdir, job, name, mode, run = ARGV

@@ -11,13 +11,14 @@ require "optparse"
 require "etc"
 require_relative "case"
 
-USAGE = "usage: bench/accuracy/run [--quick] [--runs N] [--sample-every S] [--max-overhead X|off] [--window-share C] [--cases a,b] [--jobs J] " \
+USAGE = "usage: bench/accuracy/run [--quick] [--runs N] [--sample-every S] [--max-overhead X|off] [--window-share C] [--focus C=N,...] [--cases a,b] [--jobs J] " \
         "[--min-samples K] [--strict-coverage] [--no-fail] [--no-setup] [--keep-profiles] [--json PATH]"
 
 workdir = ARGV.shift or abort(USAGE)
 cases = Accuracy.load_cases
 opts = { runs: nil, sample_every: 1000, quick: false, cases: cases.keys, jobs: 2, min_samples: 10,
-         strict_coverage: false, fail: true, setup: true, keep_profiles: false, json: nil, max_overhead: nil, window_share: nil }
+         strict_coverage: false, fail: true, setup: true, keep_profiles: false, json: nil, max_overhead: nil, window_share: nil,
+         focus: nil }
 parser = OptionParser.new do |o|
   o.banner = USAGE
   o.on("--quick", "smoke run: 8 runs, short cases (numbers are noisy; not for judging)") { opts[:quick] = true }
@@ -32,6 +33,9 @@ parser = OptionParser.new do |o|
     opts[:window_share] = v == "budget" ? "budget" : Float(v)
   rescue ArgumentError
     raise OptionParser::InvalidArgument, v
+  end
+  o.on("--focus LIST", "Heapscope.start(focus: LIST) in both modes, e.g. Accuracy::Sites::FifoValue=25 (compare.rb sets it beside a run without)") do |v|
+    opts[:focus] = v
   end
   o.on("--cases LIST", Array, "cases to run (default all: #{cases.keys.join(",")})") { |v| opts[:cases] = v }
   o.on("--jobs J", Integer, "processes at once (default 2: the machine has 2 cores)") { |v| opts[:jobs] = v }
@@ -80,7 +84,7 @@ stamp = File.basename(workdir)
 plan = {
   "stamp" => stamp, "runs" => runs, "sample_every" => opts[:sample_every], "quick" => opts[:quick],
   "scale" => opts[:quick] ? 0.3 : 1.0, "cases" => selected, "min_samples" => opts[:min_samples],
-  "max_overhead" => opts[:max_overhead], "window_share" => opts[:window_share], "strict_coverage" => opts[:strict_coverage], "fail" => opts[:fail], "keep_profiles" => opts[:keep_profiles],
+  "max_overhead" => opts[:max_overhead], "window_share" => opts[:window_share], "focus" => opts[:focus], "strict_coverage" => opts[:strict_coverage], "fail" => opts[:fail], "keep_profiles" => opts[:keep_profiles],
   "json" => File.expand_path(opts[:json] || File.join(__dir__, "results", "#{stamp}.json")),
   "jobs" => opts[:jobs], "jobs_total" => jobs.size, "ruby" => RUBY_DESCRIPTION,
 }

@@ -10,6 +10,7 @@ require "fileutils"
 require "heapscope/report/units"
 require_relative "case"
 require_relative "stats"
+require_relative "census_checks"
 
 module Accuracy
   # The library cases' sites: the biggest live sites by bytes, and the biggest allocation sites by bytes
@@ -18,12 +19,12 @@ module Accuracy
   ALLOC_SITES = 5
   MODES = %w[default always].freeze
   # Heapscope.stats counters shown in a case's notes (averaged per mode), where the sampler has them.
-  STATS_SHOWN = %w[samples_taken windows_opened hook_on_share rate_adjustments current_sample_every].freeze
+  STATS_SHOWN = %w[samples_taken windows_opened hook_on_share mean_window_share weight_scale rate_adjustments current_sample_every].freeze
   UNITS = { "alloc_objects" => "count", "alloc_space" => "bytes", "inuse_objects" => "count", "inuse_space" => "bytes" }.freeze
 
   # Builds one case's results from its runs (and its traced truth).
   class CaseResult
-    attr_reader :name, :rows, :errors, :runs, :pooled, :notes
+    attr_reader :name, :rows, :errors, :runs, :pooled, :notes, :census
 
     def initialize(name, runs, traced, plan)
       @name = name
@@ -39,8 +40,15 @@ module Accuracy
 
       truth = traced && traced["truth"]
       names = @runs["default"].first["names"] || {}
-      (truth ? library_sites(truth) : @runs["default"].first["truth"].keys).each do |key|
+      keys = truth ? library_sites(truth) : @runs["default"].first["truth"].keys
+      keys.each do |key|
         TYPES.each { |type| @rows << row(key, names[key], type, truth) }
+      end
+      # The census checks (census_checks.rb): a synthetic site's class and type from the run, a library
+      # site's type from its trace.
+      @census = MODES.to_h do |m|
+        [m, CensusChecks.new(@runs[m], keys, truth_of: ->(r, key) { (truth || r["truth"]).fetch(key) },
+                                             info_of: ->(r, key) { truth ? { "type" => truth[key]["type"] } : r.dig("site_info", key) })]
       end
       @pooled = MODES.to_h do |m|
         judged = @rows.select { |r| r["judged"] }
@@ -84,7 +92,7 @@ module Accuracy
     def fails(row)
       out = []
       MODES.each { |m| out << "z(#{m})" unless Stats.z_ok?(row[m]) }
-      out << "ratio" unless Stats.ratio_ok?(row["ratio"])
+      out << "ratio" unless Stats.ratio_ok?(row["ratio"]) || !Accuracy.fetch_case(@name).judge_ratio
       MODES.each { |m| out << "cover(#{m})" unless Stats.coverage_ok?(row[m], strict: @plan["strict_coverage"]) }
       out
     end
@@ -126,12 +134,19 @@ module Accuracy
       @runs.values.flatten.flat_map { |r| r["notes"]["truth_problems"] || [] }.uniq
     end
 
+    # The census criteria are the default mode's (issue 31's acceptance); :always's are shown beside them.
+    def census_fails
+      @census ? @census["default"].fails : []
+    end
+
     def ok?
-      @errors.empty? && !@rows.empty? && failed_rows.empty? && MODES.all? { |m| pooled_ok?(m) } && truth_problems.empty?
+      @errors.empty? && !@rows.empty? && failed_rows.empty? && MODES.all? { |m| pooled_ok?(m) } && truth_problems.empty? &&
+        census_fails.empty?
     end
 
     def to_h
-      { "case" => @name, "ok" => ok?, "errors" => @errors, "notes" => @notes, "pooled_coverage" => @pooled, "rows" => @rows }
+      { "case" => @name, "ok" => ok?, "errors" => @errors, "notes" => @notes, "pooled_coverage" => @pooled,
+        "census" => @census&.transform_values(&:to_h), "rows" => @rows }
     end
   end
 
@@ -145,7 +160,7 @@ module Accuracy
 
     def site_name(row)
       file, line = row["site"].match(/\A(.*):(\d+)\z/).captures
-      short = file.sub(%r{\A.*/gems/[^/]+/lib/}, "").sub(%r{\A.*/bench/accuracy/cases/\d_}, "")
+      short = file.sub(%r{\A.*/gems/[^/]+/lib/}, "").sub(%r{\A.*/bench/accuracy/cases/\d+_}, "")
       row["name"] ? "#{row["name"]} #{short}:#{line}" : "#{short}:#{line}"
     end
 
@@ -201,11 +216,27 @@ module Accuracy
       lines.concat(render([head] + body).map { |l| "   #{l}" })
       lines << "   pooled coverage of the judged rows: default #{pct(res.pooled["default"])}, always #{pct(res.pooled["always"])}" \
                " (pass #{pct(Stats::COVERAGE.begin)}-#{pct(Stats::COVERAGE.end)})"
+      lines.concat(census_lines(res))
+    end
+
+    # The census checks, one line per mode (census_checks.rb; the default mode's are judged).
+    def census_lines(res)
+      res.census.map do |m, c|
+        h = c.to_h
+        verdict = m == "default" ? (h["fails"].empty? ? "ok" : "FAIL #{h["fails"].join(", ")}") : "(not judged)"
+        line = "   census #{m}: exact #{h["mismatch_count"].zero? ? "equal" : "#{h["mismatch_count"]} MISMATCHES"}" \
+               "#{h["unlisted"].positive? ? " (#{h["unlisted"]} class rows unlisted)" : ""}, " \
+               "unsampled cover #{pct(h["unsampled_coverage"])} of #{h["unsampled_pairs"]}, " \
+               "sites+unsampled cover #{pct(h["combined_coverage"])} of #{h["combined_pairs"]}, " \
+               "#{h["exact_pairs"]} exact pairs, above exact #{h["above_count"]}" \
+               "#{h["exact_max"] ? format(", exact sites max %.2fx", h["exact_max"]) : ""}, census #{h["census_ms"] || "-"} ms: #{verdict}"
+        [line, *h["mismatches"].first(3).map { |x| "     mismatch #{x}" }, *h["above"].first(3).map { |x| "     above #{x}" }]
+      end.flatten
     end
 
     def summary(results, plan)
       head = ["case", "runs", "judged", "z fails (def/alw)", "ratio fails", "cover fails (def/alw)", "pooled cover (def/alw)",
-              "s/process", "verdict"]
+              "census", "combined cover", "s/process", "verdict"]
       body = results.map do |res|
         count = ->(tag) { res.failed_rows.count { |r| r["fails"].include?(tag) } }
         secs = res.notes["seconds_per_process"] || {}
@@ -213,10 +244,12 @@ module Accuracy
          "#{count.("z(default)")}/#{count.("z(always)")}", count.("ratio"),
          "#{count.("cover(default)")}/#{count.("cover(always)")}",
          res.pooled ? "#{pct(res.pooled["default"])}/#{pct(res.pooled["always"])}" : "-",
+         res.census ? (res.census_fails.empty? ? "ok" : "FAIL") : "-",
+         res.census ? pct(res.census["default"].to_h["combined_coverage"]) : "-",
          MODES.map { |m| secs[m] || "-" }.join("/"), res.ok? ? "pass" : "FAIL"]
       end
       ["", "== summary: #{plan["runs"]} runs per mode, sample_every #{plan["sample_every"]}" \
-           "#{plan["max_overhead"] ? ", max_overhead #{plan["max_overhead"]}" : ""}#{plan["window_share"] ? ", window_share #{plan["window_share"]}" : ""}#{plan["quick"] ? ", --quick" : ""}; #{plan["ruby"]}", *render([head] + body).map { |l| "   #{l}" }]
+           "#{plan["max_overhead"] ? ", max_overhead #{plan["max_overhead"]}" : ""}#{plan["window_share"] ? ", window_share #{plan["window_share"]}" : ""}#{plan["focus"] ? ", focus #{plan["focus"]}" : ""}#{plan["quick"] ? ", --quick" : ""}; #{plan["ruby"]}", *render([head] + body).map { |l| "   #{l}" }]
     end
   end
 end

@@ -43,27 +43,36 @@ module Accuracy
       end
       GC.start(full_mark: true, immediate_sweep: true)
       live = Hash.new { |h, k| h[k] = [0, 0] }
+      types = Hash.new { |h, k| h[k] = Hash.new(0) } # {site key => {T_NAME => bytes}}: the site's census type
       ObjectSpace.each_object do |obj|
         key = site_of(obj, prefixes) or next
         l = live[key]
         l[0] += 1
         l[1] += ObjectSpace.memsize_of(obj)
+        types[key][type_of(obj)] += ObjectSpace.memsize_of(obj)
         allocs[key][1] += ObjectSpace.memsize_of(obj) - Accuracy::SLOT_SIZE if data?(obj) && allocs.key?(key)
       end
       ObjectSpace.trace_object_allocations_stop
       truth = (allocs.keys | live.keys).to_h do |key|
         a = allocs.fetch(key, [0, 0])
         l = live.fetch(key, [0, 0])
-        [key, { "alloc_objects" => a[0], "alloc_space" => a[1], "inuse_objects" => l[0], "inuse_space" => l[1] }]
+        type = types[key].max_by { |t, bytes| [bytes, t] }&.first
+        [key, { "alloc_objects" => a[0], "alloc_space" => a[1], "inuse_objects" => l[0], "inuse_space" => l[1], "type" => type }]
       end
       { "truth" => truth, "notes" => { "trace_s" => (Accuracy.now - t0).round(2), "sites" => truth.size } }
     end
 
-    # Whether obj is a T_DATA (instances of one class are all of one type: asked once per class).
+    # Whether obj is a T_DATA.
     def data?(obj)
-      @data ||= {}.compare_by_identity
+      type_of(obj) == "T_DATA"
+    end
+
+    # The census's name of obj's builtin type (T_STRING...): instances of one class are all of one type,
+    # so ObjectSpace.dump is asked once per class.
+    def type_of(obj)
+      @types ||= {}.compare_by_identity
       klass = obj.class
-      @data.fetch(klass) { @data[klass] = ObjectSpace.dump(obj).include?('"type":"DATA"') }
+      @types.fetch(klass) { @types[klass] = "T_#{ObjectSpace.dump(obj)[/"type":"(\w+)"/, 1]}" }
     end
 
     def site_of(obj, prefixes)

@@ -171,18 +171,7 @@ module Heapscope
                          "the census counts every age, so \"not seen at any site\" includes them"
         end
 
-        width = at_sites.empty? ? 0 : at_sites.first[1].flat.size
-        zero = Array.new(width, 0)
-        floor = census_error(sampling, col)
-        # totals: [objects, bytes, sq_bytes] of the row's objects, exact.
-        row = lambda do |label, totals, vectors|
-          sum = zero.dup
-          vectors.each { |v| Sites.add(sum, v) }
-          at = sum[ti] || 0
-          exact = totals[col - 1]
-          { "name" => label, "exact" => exact, "at_sites" => at, "not_seen" => exact - at,
-            "error" => [sampling.absolute_error(sum, ti), floor.call(*totals, label)].compact.max }
-        end
+        row = row_maker(ti, col, sampling, at_sites)
         listed = @class_totals.map do |c, (type, *totals)|
           e = at_sites[c]
           row.call(c, totals, e ? [e.flat] : []).merge("type" => type)
@@ -205,6 +194,40 @@ module Heapscope
         data["types"] = type_rows(at_sites, col, row, sampling)
         data
       end
+
+      # One class's row for the type at index ti, as in report's rows (nil when the census does not list
+      # the class or the type is not an inuse one): what the accuracy suite checks a site's class by.
+      def class_row(prof, ti, name, sampling: Sampling.new(prof), at_sites: Census.at_sites(prof))
+        col = Census.column(prof.sample_types[ti][0]) or return nil
+        entry = @class_totals[name] or return nil
+        type, *totals = entry
+        e = at_sites[name]
+        row_maker(ti, col, sampling, at_sites).call(name, totals, e ? [e.flat] : []).merge("type" => type)
+      end
+
+      # One builtin type's row (T_STRING...) for the type at index ti, or nil; as report's "types" rows.
+      def type_row(prof, ti, type, sampling: Sampling.new(prof), at_sites: Census.at_sites(prof))
+        col = Census.column(prof.sample_types[ti][0]) or return nil
+        @types.key?(type) or return nil
+        type_rows(at_sites, col, row_maker(ti, col, sampling, at_sites), sampling, only: type).first
+      end
+
+      # A callable (label, [objects, bytes, sq_bytes] exact, the sites' value vectors) -> a row: the exact
+      # value, the sites' sum, the remainder "not seen at any site" and its error.
+      def row_maker(ti, col, sampling, at_sites)
+        width = at_sites.empty? ? 0 : at_sites.first[1].flat.size
+        zero = Array.new(width, 0)
+        floor = census_error(sampling, col)
+        lambda do |label, totals, vectors|
+          sum = zero.dup
+          vectors.each { |v| Sites.add(sum, v) }
+          at = sum[ti] || 0
+          exact = totals[col - 1]
+          { "name" => label, "exact" => exact, "at_sites" => at, "not_seen" => exact - at,
+            "error" => [sampling.absolute_error(sum, ti), floor.call(*totals, label)].compact.max }
+        end
+      end
+      private :row_maker
 
       # The squared bytes of the listed classes among names that are recorded whole: nothing of them is
       # unseen by chance, so they take no part in a row's census error (a Thread's 1 MiB stack squared
@@ -234,14 +257,14 @@ module Heapscope
       end
 
       # One row per builtin type: a type's sites are those of the classes whose line names that type.
-      def type_rows(at_sites, col, row, sampling)
+      def type_rows(at_sites, col, row, sampling, only: nil)
         by_type = Hash.new { |h, k| h[k] = [] }
         exact = Hash.new { |h, k| h[k] = [] }
         @class_totals.each do |c, (type, *)|
           e = at_sites[c] and by_type[type] << e.flat
           exact[type] << c if sampling.exact_classes.include?(c)
         end
-        rows = @types.map do |t, totals|
+        rows = (only ? @types.slice(only) : @types).map do |t, totals|
           totals = [*totals.first(2), [totals[2] - exact_sq(sampling, exact[t]), 0.0].max] if totals[2] && exact.key?(t)
           row.call(t, totals, by_type[t])
         end

@@ -91,6 +91,11 @@ module Accuracy
         } }
       end
 
+      # The parse's objects are of these types; a profile that misses the parse leaves them unseen there.
+      def extra_info
+        { Accuracy.site_key(@parse_file, @parse_line) => { "types" => %w[T_HASH T_ARRAY T_STRING T_FLOAT] } }
+      end
+
       def extra_names
         { Accuracy.site_key(@parse_file, @parse_line) => "parse" }
       end
