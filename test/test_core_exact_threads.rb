@@ -81,6 +81,12 @@ class TestCoreExactThreads < Minitest::Test
       row = census.report(prof, ti)["rows"].find { |r| r["name"] == "Thread" }
       assert_equal 0, row["error"]
       assert_equal threads[0, 6].sum { |t| ObjectSpace.memsize_of(t) }, row["at_sites"]
+      # A subclass is recorded whole too, and the census names it so: its row is exact as well (before
+      # the "heapscope exact class" lines it kept the sampled error, 1 MiB stacks squared).
+      assert_includes prof.comments, "heapscope exact class: name=TestCoreExactThreads::Worker"
+      worker = census.class_row(prof, ti, "TestCoreExactThreads::Worker")
+      assert_equal [threads[6, 2].sum { |t| ObjectSpace.memsize_of(t) }, 0, 0], worker.values_at("at_sites", "not_seen", "error")
+      refute prof.comments.any? { |c| c.start_with?("heapscope exact class: name=String") }, "only classes recorded whole"
       # go tool pprof reads the same: the Fibers' line holds 4 objects of class Fiber. (Last: Open3
       # makes threads of its own, recorded too.)
       Dir.mktmpdir do |dir|
@@ -117,6 +123,7 @@ class TestCoreExactThreads < Minitest::Test
       prof = heap_profile(gc: true)
       assert_equal 0, Heapscope.stats[:exact_tracked]
       assert_includes prof.comments, "exact_threads=false exact_tracked=0 skipped_exact=0"
+      refute prof.comments.any? { |c| c.start_with?("heapscope exact class:") }, "nothing is recorded whole"
       # At the caller's line: the wrappers add no Ruby frame a sample could take its line from.
       assert_equal 3, made_at(prof, line_of("# THREAD_NEW", __FILE__), "Thread").sum { |s| s.value("inuse_objects") }
       assert_equal 4, made_at(prof, line_of("# FIBER_NEW", __FILE__), "Fiber").sum { |s| s.value("inuse_objects") }

@@ -167,6 +167,30 @@ class TestReportCensus < Minitest::Test
     assert_nil census.class_row(prof, prof.sample_index("alloc_space"), "String"), "allocations are not what is alive"
   end
 
+  # A class the census names as recorded whole (a Thread subclass under exact_threads) has nothing
+  # unseen by chance: its row's error is its samples' own (0: they are exact). The line counts only in a
+  # profile that says exact_threads=true.
+  def test_classes_named_as_recorded_whole_have_an_exact_row
+    big = "<anonymous subclass of Foo>"
+    lines = census_lines.map { |l| l.end_with?("name=#{big}") ? l.sub("bytes=700", "bytes=700 sq_bytes=7.0e+06") : l }
+    [[[], true], [["exact_threads=true exact_tracked=0 skipped_exact=0"], false]].each do |extra, wide|
+      prof = profile([], census: lines + extra + ["heapscope exact class: name=#{big}"])
+      assert_equal !wide, Heapscope::Report::Sampling.new(prof).exact_classes.include?(big)
+      row = Census.of(prof).class_row(prof, prof.sample_index("inuse_space"), big)
+      assert_equal wide, row["error"].positive?, "exact_threads=#{!wide}: #{row}"
+    end
+  end
+
+  # A profile taken before any sample (just after start, or at a very sparse rate) still has its census:
+  # every row is all "not seen", and top reads it (it raised NoMethodError on the empty sum).
+  def test_a_profile_without_samples_reads_its_census
+    prof = profile([])
+    data = Top.report(prof, sample: "inuse_space")
+    string = data["census"]["rows"].find { |r| r["name"] == "String" }
+    assert_equal [8 * MIB, 0, 8 * MIB], string.values_at("exact", "at_sites", "not_seen")
+    assert_equal 0, data["census"]["other"]["at_sites"]
+  end
+
   def test_the_census_error_is_the_error_top_gives_the_class
     prof = example
     data = Top.report(prof, by: "class", sample: "inuse_space")

@@ -221,6 +221,8 @@ void alloc_hook_track_exact(VALUE obj, int skip) {
   plan_charge(&plan, started, plan_monotonic_nanos());
 }
 
+bool alloc_hook_records_whole(VALUE obj) { return hook.exact_threads && !RB_SPECIAL_CONST_P(obj) && thread_or_fiber(obj); }
+
 static inline uint32_t focus_slot_of(VALUE klass) { return (uint32_t)(((uint64_t)klass * 0x9e3779b97f4a7c15ull) >> 57) % FOCUS_SLOTS; }
 
 // The stratum of klass, or UINT32_MAX when it is not focused.

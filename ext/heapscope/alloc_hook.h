@@ -61,6 +61,9 @@ bool alloc_hook_start(recorder *r, names *n, uint32_t max_frames, bool label_thr
 // frames (the wrapper's own), with the label set in force. Nothing for heapscope's own threads or after
 // the fail-safe. Never raises, allocates no Ruby object.
 void alloc_hook_track_exact(VALUE obj, int skip);
+// Whether objects of obj's class are recorded whole in this run (exact_threads and a Thread or Fiber, or
+// of a subclass): the census marks their classes exact (census_whole_fn). Allocates nothing.
+bool alloc_hook_records_whole(VALUE obj);
 // A focused class defined after the run started (its stratum's class was 0): from now on its
 // allocations count down the stratum's countdown. False (nothing changed) when the stratum has a class
 // already, or klass is focused as another stratum.

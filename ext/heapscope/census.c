@@ -25,6 +25,7 @@ typedef struct {
   census *c;
   strtab *strings;
   uint32_t fixed_size;
+  census_whole_fn whole;
   klass_slot *slots;
   size_t capacity, used; // capacity: a power of two
   bool failed;
@@ -63,7 +64,8 @@ static census_class *entry_of(walk *w, VALUE obj, VALUE klass) {
   uint32_t class_id = names_class_id(w->strings, obj);
   if (class_id == STRTAB_ERROR) return NULL;
   w->slots[i].klass = klass;
-  w->slots[i].entry = (census_class){.class_id = class_id, .type = (uint8_t)RB_BUILTIN_TYPE(obj)};
+  w->slots[i].entry = (census_class){.class_id = class_id, .type = (uint8_t)RB_BUILTIN_TYPE(obj),
+                                     .whole = w->whole != NULL && w->whole(obj)};
   w->used++;
   return &w->slots[i].entry;
 }
@@ -99,10 +101,10 @@ static int by_class_id(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-bool census_take(census *c, strtab *strings, uint32_t fixed_size) {
+bool census_take(census *c, strtab *strings, uint32_t fixed_size, census_whole_fn whole) {
   memset(c, 0, sizeof *c);
   uint64_t started = clock_monotonic_nanos();
-  walk w = {.c = c, .strings = strings, .fixed_size = fixed_size};
+  walk w = {.c = c, .strings = strings, .fixed_size = fixed_size, .whole = whole};
   // The walk first finishes a GC in progress (lazy sweeping too), so dead objects are not counted.
   rb_objspace_each_objects(count_page, &w);
   if (w.failed) {
@@ -128,6 +130,8 @@ bool census_take(census *c, strtab *strings, uint32_t fixed_size) {
       c->classes[merged - 1].total.objects += c->classes[i].total.objects;
       c->classes[merged - 1].total.bytes += c->classes[i].total.bytes;
       c->classes[merged - 1].total.sq_bytes += c->classes[i].total.sq_bytes;
+      // Whole only if every class of the name is (named after one ancestor, they all are or none is).
+      c->classes[merged - 1].whole = c->classes[merged - 1].whole && c->classes[i].whole;
     } else {
       c->classes[merged++] = c->classes[i];
     }
@@ -295,6 +299,12 @@ char *census_comments(const census *c, const hs_snapshot *snapshot, const strtab
     const char *type = type_name(entry->type);
     append(&b, "heapscope census class: objects=%llu bytes=%llu sq_bytes=%.6e type=%s name=", (unsigned long long)entry->total.objects,
            (unsigned long long)entry->total.bytes, entry->total.sq_bytes, type ? type : "T_OTHER");
+    append_name(&b, strings, entry->class_id);
+  }
+  for (size_t i = 0; i < c->class_count + other_count; i++) {
+    const census_class *entry = i < c->class_count ? (sampled[i] ? &c->classes[i] : NULL) : others[i - c->class_count];
+    if (entry == NULL || !entry->whole) continue;
+    append(&b, "heapscope exact class: name=");
     append_name(&b, strings, entry->class_id);
   }
   free(sampled);

@@ -39,8 +39,14 @@ typedef struct {
 typedef struct {
   uint32_t class_id;
   uint8_t type; // the builtin type of its first object seen (ruby_value_type)
+  bool whole;   // its objects are recorded whole, never sampled (census_whole_fn said so)
   census_total total;
 } census_class;
+
+// Whether the objects of obj's class are recorded whole by the sampler (a Thread or a Fiber under
+// exact_threads: alloc_hook_records_whole), asked once per class the walk meets. Must not allocate or
+// raise. NULL: none are.
+typedef bool (*census_whole_fn)(VALUE obj);
 
 typedef struct {
   census_total all;
@@ -52,8 +58,9 @@ typedef struct {
 } census;
 
 // Walks the heap (see the NOTE above). fixed_size: the size of every object when the recorder does not
-// measure them (track_sizes: false), else 0. False when memory ran short (the census is then empty).
-bool census_take(census *c, strtab *strings, uint32_t fixed_size);
+// measure them (track_sizes: false), else 0. whole: which classes are recorded whole (may be NULL).
+// False when memory ran short (the census is then empty).
+bool census_take(census *c, strtab *strings, uint32_t fixed_size, census_whole_fn whole);
 void census_free(census *c);
 
 // The exact total of the class named by class_id, or NULL when the census saw none of its objects.
@@ -71,7 +78,9 @@ const census_total *census_class_total(const census *c, uint32_t class_id);
 void census_bound_samples(census *c, hs_snapshot *snapshot);
 
 // The census as profile comment lines (docs/reading-profiles.md, "Exact totals"): a summary, one line
-// per type, one per class that has a sample in snapshot plus the biggest others (up to max_others).
+// per type, one per class that has a sample in snapshot plus the biggest others (up to max_others), and
+// for each listed class recorded whole a line "heapscope exact class: name=NAME" (a Thread subclass:
+// readers cannot tell it by name; the prefix is not the census's, so older readers skip it).
 // Names are looked up in strings (the snapshot's). A malloc'd NUL-terminated text, or NULL when memory
 // is short.
 char *census_comments(const census *c, const hs_snapshot *snapshot, const strtab *strings, size_t max_others);

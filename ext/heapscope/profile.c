@@ -9,9 +9,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "alloc_hook.h"
 #include "capture.h"
-#include "clock.h"
 #include "census.h"
+#include "clock.h"
 #include "pprof.h"
 
 // Classes listed in a profile's census beside those with samples: the biggest others by bytes.
@@ -145,7 +146,7 @@ bool profile_take(profile_job *job, bool allocs, uint32_t min_age, bool with_cen
   if (with_census) {
     const capture_config *config = capture_current_config();
     have_census = census_take(&exact, recorder_strings(capture_recorder()),
-                              config->recorder.track_sizes ? 0 : config->recorder.slot_size);
+                              config->recorder.track_sizes ? 0 : config->recorder.slot_size, alloc_hook_records_whole);
     last.census_nanos = have_census ? exact.nanos : 0;
   }
   capture_prepare_snapshot();

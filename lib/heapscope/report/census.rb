@@ -223,8 +223,10 @@ module Heapscope
           vectors.each { |v| Sites.add(sum, v) }
           at = sum[ti] || 0
           exact = totals[col - 1]
+          # No vectors (a profile without samples): nothing sampled, no sampling error.
+          sampled = vectors.empty? ? 0.0 : sampling.absolute_error(sum, ti)
           { "name" => label, "exact" => exact, "at_sites" => at, "not_seen" => exact - at,
-            "error" => [sampling.absolute_error(sum, ti), floor.call(*totals, label)].compact.max }
+            "error" => [sampled, floor.call(*totals, label)].compact.max }
         end
       end
       private :row_maker

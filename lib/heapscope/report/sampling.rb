@@ -1,5 +1,7 @@
 # frozen_string_literal: true
 
+require "set"
+
 require "heapscope/report/units"
 
 module Heapscope
@@ -42,13 +44,16 @@ module Heapscope
       # Focused classes in force (lib/heapscope/focus.rb): class name => its rate in force (1 in N).
       attr_reader :focus_rates
       # The classes recorded whole, never sampled (the exact_threads start option): their sites are
-      # exact, and so is what no site shows of them. [] when the profile does not say so.
+      # exact, and so is what no site shows of them (a Set of names, empty when the profile does not say so).
       attr_reader :exact_classes
 
       EXACT_THREADS = /\Aexact_threads=true\b/.freeze
-      # Their names as the census and the class labels give them (subclasses are recorded whole too, but
-      # a profile cannot tell them by name: their rows keep the sampled error, which is wider).
+      # Their names as the census and the class labels give them. A subclass is recorded whole too, and
+      # the census names every listed class recorded whole on a line of its own (EXACT_CLASS, written by
+      # ext/heapscope/census.c); profiles from before those lines name only these two.
       EXACT_CLASS_NAMES = %w[Thread Fiber].freeze
+      EXACT_CLASS = /\Aheapscope exact class: name=(.{1,8192})\z/.freeze
+      MAX_EXACT_CLASSES = 10_000 # lines read; a profile with more is not one heapscope wrote
 
       SAMPLE_EVERY = /\bsample_every=(\d{1,19})(?!\d)/.freeze
       CURRENT_SAMPLE_EVERY = /\bcurrent_sample_every=(\d{1,19})(?!\d)/.freeze
@@ -146,7 +151,9 @@ module Heapscope
         @fpc_share = nil
         @focus = []
         @focus_rates = {}
-        @exact_classes = []
+        @exact_classes = Set.new.freeze
+        exact_threads = false
+        named_exact = []
         prof.comments.each do |c|
           if (m = c.match(FOCUS))
             @focus << "#{m[3]} 1 in #{m[1]}#{" (not defined yet)" if m[2] == "pending"}#{" (automatic: it grew)" if m[2] == "auto"}"
@@ -159,7 +166,11 @@ module Heapscope
           # (it made every error infinite, which JSON cannot hold).
           # The share the finite-population correction uses where it differs from share= (0: none, when
           # the budget moved the share during the run).
-          @exact_classes = EXACT_CLASS_NAMES if c.match?(EXACT_THREADS)
+          if c.match?(EXACT_THREADS)
+            exact_threads = true
+          elsif c.start_with?("heapscope exact class: ") && named_exact.size < MAX_EXACT_CLASSES && (m = c.match(EXACT_CLASS))
+            named_exact << m[1]
+          end
           m = c.match(FPC_SHARE)
           @fpc_share = Float(m[1], exception: false) if m
           m = c.match(SAMPLE_EVERY)
@@ -173,6 +184,7 @@ module Heapscope
             @mode ||= "windowed"
           end
         end
+        @exact_classes = Set.new(EXACT_CLASS_NAMES + named_exact).freeze if exact_threads
         if @sample_every && @current_sample_every && @current_sample_every > @sample_every
           @rate_lowered = true
         end
