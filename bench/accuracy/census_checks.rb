@@ -14,7 +14,8 @@ module Accuracy
   #   combined    a site in the profile is covered by its own ±2σ, a site missing from it only if its
   #               class's (or, without a class row, its type's) unseen amount could hold it (truth <=
   #               not seen + 2σ); pooled over every (site, run) with a truth, 90-98%
-  #   above       no site reads (as top shows it) above its class's or type's exact total; must be 0
+  #   above       no site reads (as top shows it) above its class's exact total or its types' together
+  #               (a library line that makes Strings and Arrays: both types' totals); must be 0
   #   exact_max   a site recorded whole (Threads, Fibers) never reads above 2x its truth
   #
   # Pairs where both the estimate and its error are exact (a site recorded whole, error 0, equal to its

@@ -45,10 +45,10 @@ module Accuracy
         TYPES.each { |type| @rows << row(key, names[key], type, truth) }
       end
       # The census checks (census_checks.rb): a synthetic site's class and type from the run, a library
-      # site's type from its trace.
+      # site's types from its trace.
       @census = MODES.to_h do |m|
         [m, CensusChecks.new(@runs[m], keys, truth_of: ->(r, key) { (truth || r["truth"]).fetch(key) },
-                                             info_of: ->(r, key) { truth ? { "type" => truth[key]["type"] } : r.dig("site_info", key) })]
+                                             info_of: ->(r, key) { truth ? { "types" => truth[key]["types"] } : r.dig("site_info", key) })]
       end
       @pooled = MODES.to_h do |m|
         judged = @rows.select { |r| r["judged"] }
