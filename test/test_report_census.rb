@@ -259,6 +259,9 @@ class TestReportCensus < Minitest::Test
     assert_includes debug, "≤ Worker#spawn app/worker.rb:7: bounded by Thread's exact total (census); the estimate was flat 1.5 MiB"
     assert_match(/^  Thread +1\.0 MiB/, debug)
     refute_includes debug, "# heapscope census class:", "the raw lines are the rows"
+    # Nor the census's names of classes recorded whole: they are part of the rows' errors.
+    prof.comments << "heapscope exact class: name=Thread"
+    refute_includes Heapscope::Rack::TextReport.render(prof.to_pprof, type: :heap), "heapscope exact class"
   end
 
   # The default min_age is 1: the rows stay, and say that the young objects the sites leave out are

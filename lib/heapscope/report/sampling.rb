@@ -52,6 +52,7 @@ module Heapscope
       # the census names every listed class recorded whole on a line of its own (EXACT_CLASS, written by
       # ext/heapscope/census.c); profiles from before those lines name only these two.
       EXACT_CLASS_NAMES = %w[Thread Fiber].freeze
+      EXACT_CLASS_PREFIX = "heapscope exact class: "
       EXACT_CLASS = /\Aheapscope exact class: name=(.{1,8192})\z/.freeze
       MAX_EXACT_CLASSES = 10_000 # lines read; a profile with more is not one heapscope wrote
 
@@ -160,17 +161,17 @@ module Heapscope
             @focus_rates[m[3]] = m[1].to_i if %w[active auto].include?(m[2]) && m[1].to_i.positive?
             next
           end
+          if c.match?(EXACT_THREADS)
+            exact_threads = true
+          elsif c.start_with?(EXACT_CLASS_PREFIX) && named_exact.size < MAX_EXACT_CLASSES && (m = c.match(EXACT_CLASS))
+            named_exact << m[1]
+          end
           # Linear patterns only (a comment is the profile writer's text): "windowed ... windows_opened"
           # is two searches, not one `.*` that backtracks over the comment for every "windowed" in it;
           # numbers longer than 19 digits are not numbers a writer meant, and sample_every=0 gives no rate
           # (it made every error infinite, which JSON cannot hold).
           # The share the finite-population correction uses where it differs from share= (0: none, when
           # the budget moved the share during the run).
-          if c.match?(EXACT_THREADS)
-            exact_threads = true
-          elsif c.start_with?("heapscope exact class: ") && named_exact.size < MAX_EXACT_CLASSES && (m = c.match(EXACT_CLASS))
-            named_exact << m[1]
-          end
           m = c.match(FPC_SHARE)
           @fpc_share = Float(m[1], exception: false) if m
           m = c.match(SAMPLE_EVERY)

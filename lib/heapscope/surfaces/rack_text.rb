@@ -129,8 +129,9 @@ module Heapscope
         data = Report::Top.report(prof, path: "#{type} profile", sample: sample, n: limit || ROW_LIMIT, pace: pace)
         head = ["heapscope #{type} profile, pid #{Process.pid}, #{Time.now.utc.strftime("%Y-%m-%dT%H:%M:%SZ")}"]
         head << "# #{note}" if note
-        # The census's own lines are its rows in the table's header; a profile may carry thousands of them.
-        prof.comments.each { |c| head << "# #{c}" unless c.start_with?(Report::Census::PREFIX) }
+        # The census's own lines (and its names of classes recorded whole) are its rows in the table's
+        # header; a profile may carry thousands of them.
+        prof.comments.each { |c| head << "# #{c}" unless c.start_with?(Report::Census::PREFIX, Report::Sampling::EXACT_CLASS_PREFIX) }
         surfaces.each { |line| head << "# #{line}" }
         "#{Report::Top.text(data, title: head)}\n"
       end
