@@ -300,12 +300,10 @@ char *census_comments(const census *c, const hs_snapshot *snapshot, const strtab
     append(&b, "heapscope census class: objects=%llu bytes=%llu sq_bytes=%.6e type=%s name=", (unsigned long long)entry->total.objects,
            (unsigned long long)entry->total.bytes, entry->total.sq_bytes, type ? type : "T_OTHER");
     append_name(&b, strings, entry->class_id);
-  }
-  for (size_t i = 0; i < c->class_count + other_count; i++) {
-    const census_class *entry = i < c->class_count ? (sampled[i] ? &c->classes[i] : NULL) : others[i - c->class_count];
-    if (entry == NULL || !entry->whole) continue;
-    append(&b, "heapscope exact class: name=");
-    append_name(&b, strings, entry->class_id);
+    if (entry->whole) {
+      append(&b, "heapscope exact class: name=");
+      append_name(&b, strings, entry->class_id);
+    }
   }
   free(sampled);
   free((void *)others);

@@ -78,8 +78,8 @@ const census_total *census_class_total(const census *c, uint32_t class_id);
 void census_bound_samples(census *c, hs_snapshot *snapshot);
 
 // The census as profile comment lines (docs/reading-profiles.md, "Exact totals"): a summary, one line
-// per type, one per class that has a sample in snapshot plus the biggest others (up to max_others), and
-// for each listed class recorded whole a line "heapscope exact class: name=NAME" (a Thread subclass:
+// per type, one per class that has a sample in snapshot plus the biggest others (up to max_others), each
+// class recorded whole followed by a line "heapscope exact class: name=NAME" (a Thread subclass:
 // readers cannot tell it by name; the prefix is not the census's, so older readers skip it).
 // Names are looked up in strings (the snapshot's). A malloc'd NUL-terminated text, or NULL when memory
 // is short.
