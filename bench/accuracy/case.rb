@@ -167,12 +167,6 @@ module Accuracy
         make_one(arg)
       end
 
-      # Forgets the calls so far (warm-up calls before Heapscope.start, which did their checks).
-      def reset_counts
-        @allocs = 0
-        @bytes = 0
-      end
-
       private
 
       def make_one(arg)

@@ -22,6 +22,9 @@ module Accuracy
       prof = Heapscope::Report::Sites.load(path)
       sites = {}
       describe = nil
+      # A class with no sample is in no row (and top raises on a filter that matches nothing): asked once.
+      filters = label_sites.transform_values { |klass| [Heapscope::Report::Labels::Filter.new("class", klass)] }
+      present = filters.reject { |_, filter| Heapscope::Report::Labels.select(prof, filter).samples.empty? }
       TYPES.each do |type|
         data = Heapscope::Report::Top.report(prof, path: path, sample: type, by: "line", n: ALL_ROWS, all: true)
         describe ||= data["sampling"]
@@ -34,11 +37,7 @@ module Accuracy
 
           (sites[key] ||= {})[type] = entry(row)
         end
-        label_sites.each do |key, klass|
-          filter = [Heapscope::Report::Labels::Filter.new("class", klass)]
-          selected = Heapscope::Report::Labels.select(prof, filter)
-          next if selected.samples.empty?
-
+        present.each do |key, filter|
           data = Heapscope::Report::Top.report(prof, path: path, sample: type, by: "line", n: ALL_ROWS, all: true, labels: filter)
           row = data["entries"].find { |r| Accuracy.site_key(r["file"].to_s, r["line"]) == key } or next
           (sites[key] ||= {})[type] = entry(row)
