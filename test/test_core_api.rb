@@ -233,6 +233,8 @@ class TestCoreAPI < Minitest::Test
     # Windowed: the variance groups' allocations (docs/configuration.md), 16 whole numbers.
     auto = comments.find { |c| c.start_with?("share_auto=") }
     assert_match(/\Ashare_auto=false current_share=[\d.e-]+ min_share=[\d.e-]+ share_changes=\d+ hook_cost_full_share=[\d.]+ fpc_share=[\d.e-]+\z/, auto)
+    stretches = comments.find { |c| c.start_with?("stretches=") }
+    assert_match(/\Astretches=\d+ stretch_scale_min=[\d.]+ stretch_scale_max=[\d.]+ open_stretch_scale=[\d.]+\z/, stretches)
     design = comments.find { |c| c.start_with?("variance_groups=") }
     if expected == :windowed
       assert_match(/\Avariance_groups=16 group_allocations=\d+(,\d+){15}\z/, design)

@@ -4,9 +4,9 @@ require "json"
 require "open3"
 require "rbconfig"
 
-# The diagnostics beside the accuracy suite (burst_coverage.rb, ccall_coverage.rb) run their probe in
-# fresh processes (the hook's cost is measured once per process): `ruby -Ilib SCRIPT --child ARGS...`,
-# whose last line of stdout is JSON. Returns the parsed lines, one per process; aborts naming the
+# The diagnostics beside the accuracy suite (burst_coverage.rb, ccall_coverage.rb, hook_charge.rb,
+# loaded_phases.rb) run their probe in fresh processes (the hook's cost is measured once per process):
+# `ruby -Ilib SCRIPT --child ARGS...`, whose last line of stdout is JSON. Returns the parsed lines, one per process; aborts naming the
 # failure if a child fails.
 module FreshProcesses
   # The command line both diagnostics take: [PROCESSES (4)] [share (0.04)], or --child SHARE (yields

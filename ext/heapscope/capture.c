@@ -342,6 +342,10 @@ void capture_get_stats(capture_stats *stats) {
   stats->share_auto = cap.running && plan->auto_share;
   stats->share_changes = plan->chain.share_changes;
   stats->hook_cost_share = plan->hook_cost_share;
+  stats->stretches = plan->stretch_count;
+  stats->stretch_scale_min = plan->stretch_scale_min;
+  stats->stretch_scale_max = plan->stretch_scale_max;
+  stats->open_stretch_scale = cap.running ? plan_open_stretch_scale(plan, stats->vm_allocations) : 1.0;
   stats->ticker_wakeups = ws.ticker_wakeups;
   stats->ticker_triggers = ws.ticker_triggers;
 }
@@ -358,7 +362,8 @@ void capture_estimate(recorder_estimate *e) {
   // The finite-population correction (variance.h) assumes one share over the run and windows that are
   // sampled in full; with the budget's share neither holds, and none is made (the bars err wide).
   double fpc_share = plan->auto_share ? 0.0 : plan->chain.share;
-  *e = (recorder_estimate){.scale = capture_weight_scale(), .windowed = cap.running && cap.config.windowed, .share = fpc_share};
+  double open_scale = cap.running ? plan_open_stretch_scale(plan, vm) : 1.0;
+  *e = (recorder_estimate){.scale = open_scale, .windowed = cap.running && cap.config.windowed, .share = fpc_share};
   if (e->windowed && plan->window_open) {
     e->has_open_window = true;
     e->open_window = plan->window;

@@ -65,6 +65,9 @@ typedef struct {
   bool share_auto;            // windowed: the budget sets the share (sampling_plan.h)
   uint64_t share_changes;     // how often it did
   double hook_cost_share;     // the hook's cost at full share at the last density check (a fraction of time)
+  uint32_t stretches;         // windowed: stretches closed this run, each with its own weight scale
+  double stretch_scale_min, stretch_scale_max; // over them (0 when none)
+  double open_stretch_scale;  // the open stretch's scale (every sample's when none closed)
   double realized_share;      // windowed: the share of virtual time it was on since start (see capture_weight_scale)
   double requested_share;     // windowed: the share of virtual time "on" was requested since start (schedule.h)
   double mean_window_nanos;   // windowed: the schedule's mean window

@@ -372,6 +372,10 @@ static VALUE native_stats(VALUE self) {
   set(h, "requested_share", DBL2NUM(cs.requested_share));
   set(h, "weight_scale", DBL2NUM(capture_weight_scale()));
   set(h, "weight_scale_wanted", DBL2NUM(capture_weight_scale_wanted()));
+  set_u64(h, "weight_stretches", cs.stretches);
+  set(h, "stretch_scale_min", DBL2NUM(cs.stretch_scale_min));
+  set(h, "stretch_scale_max", DBL2NUM(cs.stretch_scale_max));
+  set(h, "open_stretch_scale", DBL2NUM(cs.open_stretch_scale));
   set_u64(h, "allocations", cs.vm_allocations);
   set_u64(h, "hook_allocations", cs.hook_allocations);
   set_u64(h, "windows_opened", cs.windows_opened);
@@ -470,6 +474,19 @@ static VALUE testing_hook_allocations(VALUE self) {
   return ULL2NUM(cs.hook_allocations);
 }
 
+// Testing.close_stretch(scale): closes a stretch of the recorder at the last window (or sample, always),
+// as a density check does, with the given scale: every sample so far is multiplied by it from now on.
+// The plan does not know (its open scale stays): for checking the recorder's side only.
+static VALUE testing_close_stretch(VALUE self, VALUE scale) {
+  (void)self;
+  double s = NUM2DBL(scale);
+  if (!capture_running()) rb_raise(rb_eRuntimeError, "heapscope is not running");
+  if (!(s > 0.0)) rb_raise(rb_eArgError, "scale must be positive");
+  capture_stats cs;
+  capture_get_stats(&cs);
+  return recorder_close_stretch(capture_recorder(), cs.window, s) ? Qtrue : Qfalse;
+}
+
 // Testing.tracked_objects -> Array of every object a record points at (for liveness tests); records on
 // a free slot (stale after a GC our hook missed) and hidden objects are left out.
 static VALUE testing_tracked_objects(VALUE self) {
@@ -533,6 +550,7 @@ RUBY_FUNC_EXPORTED void Init_heapscope(void) {
   rb_define_singleton_method(mTesting, "age_bucket", testing_age_bucket, 1);
   rb_define_singleton_method(mTesting, "fail_recorder_allocations", testing_fail_recorder_allocations, 1);
   rb_define_singleton_method(mTesting, "corrupt_record", testing_corrupt_record, 0);
+  rb_define_singleton_method(mTesting, "close_stretch", testing_close_stretch, 1);
   rb_define_singleton_method(mTesting, "tracked_objects", testing_tracked_objects, 0);
   rb_define_singleton_method(mTesting, "hook_allocations", testing_hook_allocations, 0);
 

@@ -111,26 +111,70 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
     stacktab_retain(r->stacks, stack_id);
   }
   alloc_counter *counter = &r->allocs[id - 1];
+  // Stretches close between windows, so a sample is always of the open stretch.
   if (exact) {
     // Known, not estimated: no variance.
-  } else if (r->config.windowed) group_sums_add(&counter->groups, window, (double)weight);
+  } else if (r->config.windowed) group_sums_add(&counter->open_groups, window, (double)weight);
   else counter->bernoulli += bernoulli_variance((double)weight, weight);
-  counter->objects += weight;
+  counter->open_objects += weight;
   return true;
 }
 
-// Adds the bytes of a sampled allocation, once it has been measured. A counter that was reset since
-// the allocation no longer wants them.
+double recorder_window_scale(const recorder *r, uint32_t window, double open_scale) {
+  // The first closed stretch whose last window is at or after window (numbers compared as distances,
+  // so a wrap of the window count between two stretches changes nothing).
+  uint32_t low = 0, high = r->stretch_count;
+  while (low < high) {
+    uint32_t mid = low + (high - low) / 2;
+    if ((int32_t)(window - r->stretch_last_window[mid]) <= 0) high = mid;
+    else low = mid + 1;
+  }
+  return low < r->stretch_count ? (double)r->stretch_scale[low] : open_scale;
+}
+
+// Adds the bytes of a sampled allocation, once it has been measured (maybe after its stretch closed). A
+// counter that was reset since the allocation no longer wants them.
 static void count_allocated_bytes(recorder *r, const record *rec, uint64_t size) {
   uint32_t hash;
-  uint32_t id = find_counter(r, rec->stack_id, rec->class_id, rec->labels, (rec->flags & RECORD_EXACT) != 0, &hash);
+  bool exact = (rec->flags & RECORD_EXACT) != 0;
+  uint32_t id = find_counter(r, rec->stack_id, rec->class_id, rec->labels, exact, &hash);
   if (id == IDINDEX_NONE) return;
-  r->allocs[id - 1].bytes += (int64_t)((uint64_t)rec->weight * size);
+  alloc_counter *counter = &r->allocs[id - 1];
+  double scale = exact ? -1.0 : recorder_window_scale(r, rec->window, -1.0);
+  if (scale < 0.0) counter->open_bytes += (int64_t)((uint64_t)rec->weight * size);
+  else counter->bytes += scale * (double)rec->weight * (double)size;
 }
 
 void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations) {
-  group_design_add_window(&r->design, window, (double)allocations);
-  group_design_add_window(&r->alloc_design, window, (double)allocations);
+  group_design_add_window(&r->open_design, window, (double)allocations);
+  group_design_add_window(&r->open_alloc_design, window, (double)allocations);
+}
+
+// Adds open x scale to closed, and empties open.
+static void fold_design(group_design *closed, group_design *open, double scale) {
+  for (int g = 0; g < VARIANCE_GROUPS; g++) closed->allocations[g] += open->allocations[g] * scale;
+  memset(open, 0, sizeof *open);
+}
+
+bool recorder_close_stretch(recorder *r, uint32_t last_window, double scale) {
+  if (r->stretch_count >= RECORDER_MAX_STRETCHES) return false;
+  r->stretch_last_window[r->stretch_count] = last_window;
+  r->stretch_scale[r->stretch_count] = (float)scale;
+  // Scaled by the float the table keeps, so counters and live records agree exactly.
+  double kept = (double)r->stretch_scale[r->stretch_count];
+  r->stretch_count++;
+  for (uint32_t i = 0; i < r->alloc_count; i++) {
+    alloc_counter *c = &r->allocs[i];
+    if (c->key.exact) continue; // never scaled: kept whole in the open part
+    c->objects += kept * (double)c->open_objects;
+    c->bytes += kept * (double)c->open_bytes;
+    for (int g = 0; g < VARIANCE_GROUPS; g++) c->groups.totals[g] += (float)(kept * (double)c->open_groups.totals[g]);
+    c->open_objects = c->open_bytes = 0;
+    memset(&c->open_groups, 0, sizeof c->open_groups);
+  }
+  fold_design(&r->design, &r->open_design, kept);
+  fold_design(&r->alloc_design, &r->open_alloc_design, kept);
+  return true;
 }
 
 // ---- Records ----
@@ -312,6 +356,7 @@ void recorder_reset_allocs(recorder *r) {
   for (uint32_t i = 0; i < r->alloc_count; i++) stacktab_release(r->stacks, r->allocs[i].key.stack_id);
   r->alloc_count = 0;
   memset(&r->alloc_design, 0, sizeof r->alloc_design);
+  memset(&r->open_alloc_design, 0, sizeof r->open_alloc_design);
   idindex_free(&r->alloc_index);
   // If this fails the index is empty with no slots, which still works: the next insert allocates.
   (void)idindex_init(&r->alloc_index, 256);

@@ -35,6 +35,9 @@
 
 typedef struct recorder recorder;
 
+// At most this many closed stretches per run (recorder_close_stretch).
+#define RECORDER_MAX_STRETCHES 1024
+
 typedef struct {
   uint32_t max_tracked_objects; // records past this are refused (counted in dropped_tracked_cap)
   uint32_t max_stacks;          // distinct live stacks past this are refused (dropped_stack_cap)
@@ -110,9 +113,9 @@ bool recorder_has_suspects(const recorder *r);
 // clusters, and a weight of 1 is exact); sizes are re-measured first (objects
 // seen frozen keep their size). Frames are named through code_names, which the caller resolved just
 // before (names_resolve). allocs marks it as an allocations profile. NULL when memory is short.
-// How a snapshot turns samples into estimates (variance.h): the weight scale every value is multiplied
-// by (capture_weight_scale), and, windowed, the share and the window still open with the allocations it
-// has seen so far.
+// How a snapshot turns samples into estimates (variance.h): the weight scale the open stretch's samples
+// are multiplied by (every sample's when always; closed stretches have their own, recorder_close_stretch),
+// and, windowed, the share and the window still open with the allocations it has seen so far.
 typedef struct {
   double scale;
   bool windowed;
@@ -128,6 +131,13 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
 // Its samples' clusters get those allocations (the ratio estimate's variance, variance.h). Reads no
 // object; may run inside the GC; never allocates.
 void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations);
+
+// Windowed sampling: the stretch of the run that ended with window number last_window closed (no
+// window of it is still open), and every sample of its windows is multiplied by scale from now on
+// (sampling_plan.h, "Stretches"); later windows belong to the open stretch, whose scale each snapshot is
+// given (recorder_estimate). Reads no object; never allocates; false when RECORDER_MAX_STRETCHES have
+// closed (the caller's plan closes no more than that).
+bool recorder_close_stretch(recorder *r, uint32_t last_window, double scale);
 
 // Zeroes the allocation counters (and releases the stacks only they kept alive).
 void recorder_reset_allocs(recorder *r);

@@ -37,11 +37,16 @@ typedef struct {
   uint32_t exact; // 1: counts exact records only (recorder_track_exact), kept apart from the sampled
 } alloc_key;
 
+// A counter's samples of closed stretches are kept scaled (each by its stretch's scale, fixed when the
+// stretch closed: recorder_close_stretch), those of the open stretch as drawn; a snapshot scales the
+// latter by the open stretch's scale. Exact counters are never scaled.
 typedef struct {
   alloc_key key;
-  int64_t objects, bytes; // weighted
-  group_sums groups;      // windowed: objects by variance group (variance.h)
-  double bernoulli;       // always-on: the objects' Bernoulli variance
+  double objects, bytes;            // closed stretches: weighted and scaled
+  group_sums groups;                // windowed: those objects by variance group (variance.h)
+  int64_t open_objects, open_bytes; // the open stretch: weighted
+  group_sums open_groups;
+  double bernoulli;                 // always-on: the objects' Bernoulli variance (one stretch only)
 } alloc_counter;
 
 struct recorder {
@@ -59,8 +64,14 @@ struct recorder {
   size_t suspect_count;       // records flagged RECORD_SUSPECT
 
   // Windowed: the closed windows' allocations by variance group, since start (for live objects) and
-  // since the allocation counters were last reset (for them).
+  // since the allocation counters were last reset (for them): those of closed stretches scaled, as the
+  // samples are, those of the open stretch as seen.
   group_design design, alloc_design;
+  group_design open_design, open_alloc_design;
+  // Windowed: the closed stretches, oldest first: the last window of each and its scale.
+  uint32_t stretch_count;
+  uint32_t stretch_last_window[RECORDER_MAX_STRETCHES];
+  float stretch_scale[RECORDER_MAX_STRETCHES];
 
   recorder_stats stats;
 };
@@ -72,6 +83,8 @@ void *recorder_calloc(size_t count, size_t n);
 void *recorder_realloc(void *p, size_t n);
 // Whether a record still points at an object (liveness makes it always true outside a bug).
 bool recorder_record_is_valid(VALUE obj);
+// The scale of a sample taken in window: its closed stretch's, or open_scale when its stretch is open.
+double recorder_window_scale(const recorder *r, uint32_t window, double open_scale);
 // (Re)measures a record's object unless it was seen frozen; the first measurement is its allocation size.
 void recorder_measure_record(recorder *r, record *rec);
 

@@ -15,7 +15,7 @@ typedef struct {
 
 typedef struct {
   live_key key;
-  int64_t objects, bytes;
+  double objects, bytes; // weighted, each sample times its stretch's scale
   // For the variance (variance.h): windowed, objects and bytes by variance group; always-on, their
   // Bernoulli variances.
   hs_group_totals groups;
@@ -33,10 +33,10 @@ static bool live_key_equals(const void *ctx, uint32_t id, const void *key) {
   return memcmp(&g->groups[id - 1].key, key, sizeof(live_key)) == 0;
 }
 
-// Measures every record, and sums those old enough for the profile per (stack, class, age bucket).
-// The walk always finishes (it also compacts out invalid records), even when memory runs short for
-// the grouping: then it returns false.
-static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, live_groups *groups) {
+// Measures every record, and sums those old enough for the profile per (stack, class, age bucket),
+// each times its stretch's scale (open_scale for the open stretch's). The walk always finishes (it also
+// compacts out invalid records), even when memory runs short for the grouping: then it returns false.
+static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, double open_scale, live_groups *groups) {
   bool grouping = true;
   size_t kept = 0;
   for (size_t i = 0; i < r->record_count; i++) {
@@ -68,9 +68,10 @@ static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, l
       groups->groups[id - 1] = (live_group){.key = key};
     }
     live_group *g = &groups->groups[id - 1];
-    double weight = (double)rec->weight, bytes = weight * (double)rec->size;
-    g->objects += rec->weight;
-    g->bytes += llround(bytes);
+    double scale = exact ? 1.0 : recorder_window_scale(r, rec->window, open_scale);
+    double weight = scale * (double)rec->weight, bytes = weight * (double)rec->size;
+    g->objects += weight;
+    g->bytes += bytes;
     if (exact) {
       // Known, not estimated: no variance.
     } else if (r->config.windowed) {
@@ -78,8 +79,9 @@ static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, l
       g->groups[0][group] += (float)weight;
       g->groups[1][group] += (float)bytes;
     } else {
-      g->bernoulli_objects += bernoulli_variance(weight, rec->weight);
-      g->bernoulli_bytes += bernoulli_variance(bytes, rec->weight);
+      // (Always-on: no stretches, the scale is 1.) A scaled sample's variance scales by its square.
+      g->bernoulli_objects += scale * scale * bernoulli_variance((double)rec->weight, rec->weight);
+      g->bernoulli_bytes += scale * scale * bernoulli_variance((double)rec->weight * (double)rec->size, rec->weight);
     }
   }
   r->record_count = kept;
@@ -206,27 +208,36 @@ static bool add_sample(stack_resolver *sr, uint32_t stack_id, uint32_t class_id,
 // A variance as a whole number (labels are integers), saturated.
 static int64_t variance_value(double v) { return !(v > 0.0) ? 0 : v >= 9.2e18 ? INT64_MAX : llround(v); }
 
-// Scales a site's totals by group (objects, bytes) for the snapshot, and returns the variance of each
+// A site's totals by group (objects, bytes) for the snapshot, already scaled, and the variance of each
 // value: the groups' (variance.h).
-static void scaled_groups(const hs_group_totals in, double scale, const group_design *design, hs_group_totals out, double variances[2]) {
+static void group_variances(const hs_group_totals in, const group_design *design, hs_group_totals out, double variances[2]) {
   for (int t = 0; t < 2; t++) {
     group_sums sums;
     memcpy(sums.totals, in[t], sizeof sums.totals);
-    variances[t] = group_sums_variance(&sums, design, scale);
-    for (int g = 0; g < VARIANCE_GROUPS; g++) out[t][g] = (float)((double)in[t][g] * scale);
+    variances[t] = group_sums_variance(&sums, design, 1.0);
+    memcpy(out[t], in[t], sizeof sums.totals);
   }
+}
+
+// closed + open x scale, by group.
+static group_design scaled_design(const group_design *closed, const group_design *open, double scale) {
+  group_design d = *closed;
+  for (int g = 0; g < VARIANCE_GROUPS; g++) d.allocations[g] += open->allocations[g] * scale;
+  return d;
 }
 
 hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const labelsets *labels, bool allocs, uint32_t min_age,
                                const recorder_estimate *e) {
-  const double run_scale = e->scale;
+  const double open_scale = e->scale;
   const bool windowed = e->windowed;
-  // The designs, the window still open counted as if it closed now.
-  group_design design = r->design, alloc_design = r->alloc_design;
+  // The designs, scaled as the samples are (so a ratio of a value to them is one of like to like), the
+  // window still open counted as if it closed now.
+  group_design design = scaled_design(&r->design, &r->open_design, open_scale);
+  group_design alloc_design = scaled_design(&r->alloc_design, &r->open_alloc_design, open_scale);
   design.share = alloc_design.share = e->share;
   if (windowed && e->has_open_window) {
-    group_design_add_window(&design, e->open_window, e->open_allocations);
-    group_design_add_window(&alloc_design, e->open_window, e->open_allocations);
+    group_design_add_window(&design, e->open_window, e->open_allocations * open_scale);
+    group_design_add_window(&alloc_design, e->open_window, e->open_allocations * open_scale);
   }
   recorder_check_suspects(r); // before sizing anything by record_count: it may finish a GC
   hs_snapshot *s = snapshot_new();
@@ -234,7 +245,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
   live_groups groups = {.groups = recorder_malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
   stack_resolver sr = {.r = r, .code_names = code_names, .snapshot = s, .labels = labels};
   bool ok = s != NULL && groups.groups != NULL && idindex_init(&groups.index, 64) &&
-            group_live_records(r, min_age, s->gc_count, &groups);
+            group_live_records(r, min_age, s->gc_count, open_scale, &groups);
   if (s != NULL && windowed) {
     s->has_groups = true;
     s->design = design;
@@ -254,19 +265,20 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
   // Allocation counters first (alloc_* values, no gc_age), then live groups (inuse_* values).
   for (uint32_t i = 0; ok && i < r->alloc_count; i++) {
     const alloc_counter *c = &r->allocs[i];
-    if (c->objects == 0) continue;
-    const double scale = c->key.exact ? 1.0 : run_scale; // exact counts are not estimates
-    int64_t values[HS_VALUE_COUNT] = {llround((double)c->objects * scale), llround((double)c->bytes * scale), 0, 0};
+    if (c->objects == 0.0 && c->open_objects == 0) continue;
+    const double scale = c->key.exact ? 1.0 : open_scale; // exact counts are not estimates
+    double objects = c->objects + scale * (double)c->open_objects, bytes = c->bytes + scale * (double)c->open_bytes;
+    int64_t values[HS_VALUE_COUNT] = {llround(objects), llround(bytes), 0, 0};
     // Bytes are measured after the fact, not per window: by group they are the objects at the
     // counter's mean size.
-    double mean_size = (double)c->bytes / (double)c->objects, variance[2];
+    double mean_size = objects > 0.0 ? bytes / objects : 0.0, variance[2];
     hs_group_totals in, out;
     if (windowed) {
       for (int g = 0; g < VARIANCE_GROUPS; g++) {
-        in[0][g] = c->groups.totals[g];
-        in[1][g] = (float)((double)c->groups.totals[g] * mean_size);
+        in[0][g] = (float)((double)c->groups.totals[g] + scale * (double)c->open_groups.totals[g]);
+        in[1][g] = (float)((double)in[0][g] * mean_size);
       }
-      scaled_groups(in, scale, &alloc_design, out, variance);
+      group_variances(in, &alloc_design, out, variance);
     } else {
       variance[0] = scale * scale * c->bernoulli;
       variance[1] = variance[0] * mean_size * mean_size;
@@ -276,11 +288,10 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
   }
   for (uint32_t i = 0; ok && i < groups.count; i++) {
     const live_group *g = &groups.groups[i];
-    const double scale = g->key.exact ? 1.0 : run_scale;
-    int64_t values[HS_VALUE_COUNT] = {0, 0, llround((double)g->objects * scale), llround((double)g->bytes * scale)};
-    double variance[2] = {scale * scale * g->bernoulli_objects, scale * scale * g->bernoulli_bytes};
+    int64_t values[HS_VALUE_COUNT] = {0, 0, llround(g->objects), llround(g->bytes)};
+    double variance[2] = {g->bernoulli_objects, g->bernoulli_bytes};
     hs_group_totals out;
-    if (windowed) scaled_groups(g->groups, scale, &design, out, variance);
+    if (windowed) group_variances(g->groups, &design, out, variance);
     int64_t variances[HS_VALUE_COUNT] = {0, 0, variance_value(variance[0]), variance_value(variance[1])};
     ok = add_sample(&sr, g->key.stack_id, g->key.class_id, g->key.labels, (int32_t)g->key.age_bucket, values, variances, windowed ? &out : NULL, HS_INUSE_OBJECTS);
   }

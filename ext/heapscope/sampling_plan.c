@@ -28,6 +28,15 @@ void plan_start(sampling_plan *p, const plan_config *config, uint64_t now, uint6
   p->started_virtual = virtual_now;
   p->closed_windows_virtual = 0;
   p->seen_share = 0.0;
+  p->stretch_count = 0;
+  p->stretch_first_window = p->window + 1;
+  p->stretch_started_virtual = virtual_now;
+  p->stretch_meant_start = 0.0;
+  p->stretch_hook_start = 0;
+  p->last_stretch_meant = 0.0;
+  p->last_stretch_hook = 0;
+  p->scaled_hook_allocations = 0.0;
+  p->stretch_scale_min = p->stretch_scale_max = 0.0;
   p->next_density_check = virtual_now + SCHEDULE_FIRST_RETUNE_NANOS;
   p->strata_count = config->strata_count < PLAN_MAX_STRATA ? config->strata_count : PLAN_MAX_STRATA;
   for (uint32_t i = 0; i < p->strata_count; i++) {
@@ -323,7 +332,59 @@ double plan_weight_scale_wanted(const sampling_plan *p, uint64_t vm) {
 // measures its realized share badly (one window at start, then none, made one Hash a third of a profile).
 // Seen in practice: 0.8-2.2 on a loaded machine, 3.2-4.7 in one-second runs on a busy one (late sync
 // jobs lose windows); beyond the bounds profiles say so (weight_scale_wanted).
-double plan_weight_scale(const sampling_plan *p, uint64_t vm) {
-  double scale = plan_weight_scale_wanted(p, vm);
+static double bounded_scale(double meant, double seen) {
+  if (!(seen > 0.0) || !(meant > 0.0)) return 1.0; // nothing seen: nothing sampled, any scale will do
+  double scale = meant / seen;
   return scale < PLAN_WEIGHT_SCALE_MIN ? PLAN_WEIGHT_SCALE_MIN : scale > PLAN_WEIGHT_SCALE_MAX ? PLAN_WEIGHT_SCALE_MAX : scale;
+}
+
+double plan_weight_scale(const sampling_plan *p, uint64_t vm) {
+  if (!p->windowed) return 1.0;
+  uint64_t hook = plan_hook_allocations(p, vm);
+  if (hook == 0 || vm == 0) return 1.0;
+  double open = (double)(hook - p->stretch_hook_start);
+  return (p->scaled_hook_allocations + open * plan_open_stretch_scale(p, vm)) / (double)hook;
+}
+
+// ---- Stretches ----
+
+// Windows the open stretch has held (the one open now included).
+static uint32_t stretch_windows(const sampling_plan *p) { return p->window + 1 - p->stretch_first_window; }
+
+double plan_open_stretch_scale(const sampling_plan *p, uint64_t vm) {
+  if (!p->windowed) return 1.0;
+  double meant = meant_allocations(p, vm) - p->stretch_meant_start;
+  double seen = (double)(plan_hook_allocations(p, vm) - p->stretch_hook_start);
+  if (stretch_windows(p) < PLAN_STRETCH_MIN_WINDOWS) {
+    meant += p->last_stretch_meant;
+    seen += (double)p->last_stretch_hook;
+  }
+  return bounded_scale(meant, seen);
+}
+
+bool plan_close_stretch(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations, uint32_t *last_window, double *scale) {
+  if (!p->windowed || p->window_open || p->stretch_count >= PLAN_MAX_STRETCHES) return false;
+  if (stretch_windows(p) < PLAN_STRETCH_MIN_WINDOWS) return false;
+  uint64_t age = virtual_now > p->started_virtual ? virtual_now - p->started_virtual : 0;
+  uint64_t length = virtual_now > p->stretch_started_virtual ? virtual_now - p->stretch_started_virtual : 0;
+  uint64_t min_length = age / PLAN_STRETCH_AGE_DIVISOR;
+  if (length < (min_length > PLAN_STRETCH_MIN_NANOS ? min_length : PLAN_STRETCH_MIN_NANOS)) return false;
+  uint64_t vm = plan_vm_allocations(p, vm_allocations);
+  double meant = meant_allocations(p, vm);
+  uint64_t seen = p->hook_allocations - p->stretch_hook_start; // no window is open: every one counted
+  if (seen == 0) return false;
+  double stretch_meant = meant - p->stretch_meant_start;
+  *scale = bounded_scale(stretch_meant, (double)seen);
+  *last_window = p->window;
+  p->scaled_hook_allocations += *scale * (double)seen;
+  if (p->stretch_count == 0 || *scale < p->stretch_scale_min) p->stretch_scale_min = *scale;
+  if (p->stretch_count == 0 || *scale > p->stretch_scale_max) p->stretch_scale_max = *scale;
+  p->stretch_count++;
+  p->last_stretch_meant = stretch_meant;
+  p->last_stretch_hook = seen;
+  p->stretch_first_window = p->window + 1;
+  p->stretch_started_virtual = virtual_now;
+  p->stretch_meant_start = meant;
+  p->stretch_hook_start = p->hook_allocations;
+  return true;
 }

@@ -9,8 +9,8 @@
 // - What does a sample weigh? Inside the hook a countdown (sampler.h, geometric) picks the allocations
 //   sampled; plan_draw loads it at the rate in force (the budget's, budget.h; windowed: denser by 1 /
 //   share, denser still where windows were lost, plan_update_density) and fixes the weight of the sample
-//   at its end. The weight scale (plan_weight_scale) corrects every value of a profile for the share of
-//   allocations the hook really saw.
+//   at its end. The weight scale corrects every value of a profile for the share of allocations the
+//   hook really saw, one scale per stretch of the run (plan_close_stretch).
 //
 // Focused classes (strata): a class given its own rate (Heapscope.start(focus:)) is counted down by a
 // countdown of its own, never by the common one, so its allocations are sampled at their own rate and
@@ -51,26 +51,46 @@
 // The budget's window share (window_share 0 with a budget: plan_update_density): the bounds it moves
 // within (a run starts at PLAN_DEFAULT_SHARE). Not above 0.15: up to there windows keep their 100 us mean
 // (schedule.h, SCHEDULE_MIN_MEAN_OFF_NANOS), so the share of its windows the hook really sees (the
-// ticker wakes late) is about the same at every share, and one weight scale serves a run whose share
-// moved (longer windows at higher shares were seen far more fully: samples from before a change would
-// then be weighted by the later windows' losses). Not below 1 / 200: a window then opens every 20 ms,
+// ticker wakes late) is about the same at every share, and one weight scale serves a stretch of the run
+// (below) whose share moved (longer windows at higher shares were seen far more fully: samples from
+// before a change would then be weighted by the later windows' losses). Not below 1 / 200: a window then opens every 20 ms,
 // still a few hundred clusters in a run of a few seconds.
 #define PLAN_AUTO_SHARE_MAX 0.15
 #define PLAN_AUTO_SHARE_MIN 0.005
 // The share the hook's measured cost is given of what the budget leaves (plan_budget_share).
 #define PLAN_AUTO_SHARE_AIM 0.8
 // The share used where the caller gives none and no budget can choose one (sample_every given alone),
-// and where the budget's share starts. Not at the top of its range: one weight scale serves the whole
-// run, so a share that moves far leaves samples drawn before the move weighted by how fully the hook saw
-// the windows after it, and vice versa. Started at 0.15 and checked after 10 ms, the budget's share fell
+// and where the budget's share starts. Not at the top of its range: one weight scale serves a whole
+// stretch (a run's first second or so holds one), so a share that moves far leaves samples drawn before
+// the move weighted by how fully the hook saw the windows after it, and vice versa. Measured before
+// stretches, with one scale per run: started at 0.15 and checked after 10 ms, the budget's share fell
 // to 0.03-0.05 within the first checks, and allocation counts came out 2-5% low (bench/accuracy,
 // lifetimes and phased cases, Ruby 3.3, 12 runs: z down to -5.2; started at 0.15 and moving to about 0.1,
 // they did not).
 #define PLAN_DEFAULT_SHARE 0.04
 
-// The weight scale's bounds (plan_weight_scale).
+// The weight scale's bounds (each stretch's, plan_close_stretch).
 #define PLAN_WEIGHT_SCALE_MIN 0.5
 #define PLAN_WEIGHT_SCALE_MAX 5.0
+
+// Stretches. The hook does not see the same part of its windows all through a run: a phase that makes
+// its allocations in long C calls, or GCs often, or runs while the machine is busy loses more of them
+// than another, and the budget's share moves. One weight scale for the run weighed one phase's samples
+// by the other's losses (docs/windowed-sampling.md: a build phase 3-5% low and the work after it 6-20%
+// high). So the run is cut into stretches at density checks, and when one closes its scale (what the
+// hook was meant to see in it over what it saw) is fixed for every sample of its windows (the recorder
+// keeps the table: recorder_close_stretch). A stretch closes only between windows (a window's samples
+// share one scale), and only once it has held PLAN_STRETCH_MIN_WINDOWS windows, since a ratio over n
+// windows is biased by about its squared relative error, which shrinks as 1 / n (at 100, bench/accuracy's
+// lifetimes rows stayed within 1.5 standard errors over 40 runs, Ruby 3.3; phases shorter than a
+// stretch still share its scale). It lasts at least
+// PLAN_STRETCH_MIN_NANOS of virtual time, or 1 / PLAN_STRETCH_AGE_DIVISOR of the run so far, so a
+// process that runs for days closes a few hundred (about 64 x ln(age / 32 s)), never more than
+// PLAN_MAX_STRETCHES (then the last one stays open).
+#define PLAN_MAX_STRETCHES 1024
+#define PLAN_STRETCH_MIN_WINDOWS 100
+#define PLAN_STRETCH_MIN_NANOS 500000000ull
+#define PLAN_STRETCH_AGE_DIVISOR 64
 
 typedef struct {
   uint32_t sample_every; // the rate sought overall (1 in N)
@@ -132,6 +152,16 @@ typedef struct {
   double work_share;              // heapscope's own work but the hook's, over the last check's period
   double min_share;               // the lowest share in force since start
   double hook_cost_share;         // the last measured hook cost at full share (allocations x cost / time)
+  // Stretches (plan_close_stretch): where the open one began, and what the closed ones add up to.
+  uint32_t stretch_count;          // closed this run
+  uint32_t stretch_first_window;   // the open stretch's first window number
+  uint64_t stretch_started_virtual;
+  double stretch_meant_start;      // meant allocations (since start) when the open stretch began
+  uint64_t stretch_hook_start;     // hook_allocations then
+  double last_stretch_meant;       // the last closed stretch's meant and seen allocations (0: none yet)
+  uint64_t last_stretch_hook;
+  double scaled_hook_allocations;  // over the closed stretches: each one's scale x the allocations it saw
+  double stretch_scale_min, stretch_scale_max; // over the closed stretches (0 when none)
 } sampling_plan;
 
 // ---- Lifecycle ----
@@ -225,9 +255,24 @@ double plan_meant_share(const sampling_plan *p, uint64_t vm);
 double plan_realized_share(const sampling_plan *p, uint64_t virtual_now);
 // Allocations the hook saw in the window still open (0 when none).
 uint64_t plan_open_window_allocations(const sampling_plan *p, uint64_t vm);
-// What every weight is multiplied by in a profile: the share of time meant for the hook over the share of
-// allocations it really saw (capture.h says why). 1 when always, or before any window; wanted: unbounded.
+// The share of time meant for the hook over the share of allocations it really saw, over the whole run
+// (capture.h says why it multiplies every weight). 1 when always, or before any window. Unbounded.
 double plan_weight_scale_wanted(const sampling_plan *p, uint64_t vm);
+// The scale the run's samples were given on average (each stretch's scale, weighted by the allocations
+// the hook saw in it): plan_weight_scale_wanted where no stretch was held at a bound.
 double plan_weight_scale(const sampling_plan *p, uint64_t vm);
+
+// ---- Stretches ----
+
+// At a density check, after plan_update_density (vm_allocations: the VM's count, as there): closes the
+// open stretch if it is due (see PLAN_STRETCH_MIN_WINDOWS). Then *last_window is the number of its last
+// window, *scale the scale fixed for its samples (its meant over its seen allocations, within the
+// bounds), and true is returned; the next stretch begins with the next window.
+bool plan_close_stretch(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations, uint32_t *last_window, double *scale);
+// The scale of the open stretch's samples (windows after the last closed stretch), given the VM's
+// allocations since start: its own ratio, within the bounds; while it has held fewer than
+// PLAN_STRETCH_MIN_WINDOWS windows, pooled with the last closed stretch (the whole run's ratio when
+// none has closed). 1 when always.
+double plan_open_stretch_scale(const sampling_plan *p, uint64_t vm);
 
 #endif

@@ -59,6 +59,8 @@ static int hook_applied;
 // What an enabled NEWOBJ hook costs one allocation, measured once per process (calibrate_hook_cost).
 static double hook_cost_nanos = -1.0;
 
+_Static_assert(PLAN_MAX_STRETCHES <= RECORDER_MAX_STRETCHES, "the recorder keeps every stretch the plan closes");
+
 static VALUE sym_total_allocated_objects;
 #ifdef MALLOC_LIMIT_GUARD
 static VALUE sym_malloc_increase_bytes, sym_malloc_increase_bytes_limit;
@@ -138,6 +140,10 @@ void windows_sync_outside_gc(void) {
       plan_update_density(win.plan, now, vm);
       bool changed = win.plan->chain.share_changes != changes;
       pthread_mutex_unlock(&chain_lock);
+      // A stretch due closes here, between windows: its samples' scale is fixed from now on.
+      uint32_t last_window;
+      double scale;
+      if (plan_close_stretch(win.plan, now, vm, &last_window, &scale)) recorder_close_stretch(win.recorder, last_window, scale);
       // The ticker sleeps until the old chain's next flip: the new chain's may come sooner.
       if (changed) ticker_wake();
     }

@@ -380,6 +380,75 @@ static void test_the_budget_sets_the_share(void) {
   CHECK(fabs(p.chain.share - PLAN_DEFAULT_SHARE) < 1e-12);
 }
 
+// Opens and closes n windows from virtual time t on (1 ms apart), the hook seeing `each` allocations in
+// every one. Returns the time after them.
+static uint64_t windows_seeing(sampling_plan *p, uint32_t n, uint64_t each, uint64_t t) {
+  for (uint32_t i = 0; i < n; i++, t += MS) {
+    plan_open_window(p, t);
+    allocate(p, each, NULL);
+    plan_close_window(p, t + MS / 10);
+  }
+  return t;
+}
+
+// A stretch closes at a density check between windows, once it has held enough windows and lasted long
+// enough; its scale is its own meant over seen allocations (bounded), and the run's scale is each
+// stretch's weighted by what the hook saw in it.
+static void test_stretches_scale_each_part_of_the_run(void) {
+  sampling_plan p;
+  start(&p, 1000, true, 0, 0); // share 0.04
+  uint32_t last = 0;
+  double scale = 0.0;
+  // 199 windows of 50 allocations: 9,950 seen where 0.04 of 497,500 (19,900) were meant, a scale of 2.
+  uint64_t t = windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS - 1, 50, 0);
+  uint64_t vm1 = 497500;
+  CHECK(!plan_close_stretch(&p, 600 * MS, vm1, &last, &scale)); // one window short
+  t = windows_seeing(&p, 1, 50, t);
+  vm1 += 2500;
+  CHECK(!plan_close_stretch(&p, 400 * MS, vm1, &last, &scale)); // not half a second yet
+  plan_open_window(&p, 600 * MS);
+  CHECK(!plan_close_stretch(&p, 600 * MS, vm1, &last, &scale)); // a window is open
+  plan_close_window(&p, 600 * MS);
+  CHECK(plan_close_stretch(&p, 600 * MS, vm1, &last, &scale));
+  CHECK_EQ_U64(p.stretch_count, 1);
+  CHECK_EQ_U64(last, p.window);
+  CHECK(fabs(scale - 2.0) < 1e-12); // 0.04 x 500,000 / 10,000
+  CHECK(fabs(plan_weight_scale(&p, vm1) - 2.0) < 1e-12);
+  // The open stretch, young, pools with the last closed one: 5 windows seeing all they were meant to.
+  t = windows_seeing(&p, 5, 40, 700 * MS);
+  uint64_t vm2 = vm1 + 5000; // 0.04 x 5,000 = 200 meant, 200 seen
+  CHECK(fabs(plan_open_stretch_scale(&p, vm2) - 20200.0 / 10200.0) < 1e-12);
+  // Grown, it has its own: the next 200 windows see all of theirs (scale 1). The run's scale weighs each.
+  t = windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS - 5, 40, t);
+  vm2 = vm1 + 200000; // 8,000 seen, 8,000 meant
+  CHECK(fabs(plan_open_stretch_scale(&p, vm2) - 1.0) < 1e-12);
+  CHECK(fabs(plan_weight_scale(&p, vm2) - (2.0 * 10000 + 1.0 * 8000) / 18000.0) < 1e-12);
+  CHECK(fabs(plan_weight_scale_wanted(&p, vm2) - 0.04 * (double)vm2 / 18000.0) < 1e-12);
+  uint32_t first_last = last;
+  CHECK(plan_close_stretch(&p, 1200 * MS, vm2, &last, &scale));
+  CHECK(fabs(scale - 1.0) < 1e-12);
+  CHECK_EQ_U64(last - first_last, PLAN_STRETCH_MIN_WINDOWS);
+  CHECK(p.stretch_scale_min == 1.0 && p.stretch_scale_max == 2.0);
+  // A stretch that saw a twentieth of its due is held at the bound, and the run's scale says so.
+  t = windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS, 1, t);
+  uint64_t vm3 = vm2 + 100000; // 4,000 meant, 200 seen
+  CHECK(plan_close_stretch(&p, 1800 * MS, vm3, &last, &scale));
+  CHECK(scale == PLAN_WEIGHT_SCALE_MAX);
+  CHECK(plan_weight_scale(&p, vm3) < plan_weight_scale_wanted(&p, vm3));
+  // Late in a long run a stretch lasts at least 1 / 64 of the run so far: about 2 s at 128 s.
+  windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS, 40, 125000 * MS);
+  CHECK(plan_close_stretch(&p, 126000 * MS, vm3 + 200000, &last, &scale));
+  windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS, 40, 126000 * MS);
+  CHECK(!plan_close_stretch(&p, 127000 * MS, vm3 + 400000, &last, &scale));
+  CHECK(plan_close_stretch(&p, 128100 * MS, vm3 + 400000, &last, &scale));
+  CHECK_EQ_U64(p.stretch_count, 5);
+  // Always on: no stretches.
+  start(&p, 1000, false, 0, 0);
+  allocate(&p, 100000, NULL);
+  CHECK(!plan_close_stretch(&p, 10000 * MS, 100000, &last, &scale));
+  CHECK(plan_open_stretch_scale(&p, 100000) == 1.0);
+}
+
 int main(void) {
   test_always_weighs_sample_every_and_clusters_each_sample();
   test_sample_every_one_samples_everything();
@@ -395,5 +464,6 @@ int main(void) {
   test_strata_follow_the_budget_and_park();
   test_stratum_rate_changes_keep_the_count();
   test_the_budget_sets_the_share();
+  test_stretches_scale_each_part_of_the_run();
   return check_report("test_sampling_plan");
 }
