@@ -320,12 +320,19 @@ double plan_meant_share(const sampling_plan *p, uint64_t vm) {
   return vm > 0 ? meant_allocations(p, vm) / (double)vm : p->chain.share;
 }
 
+// The open stretch's ratio before the bounds (pooled with the last closed stretch's while young), and
+// the allocations the hook saw in it; 0 when it saw none.
+static double open_stretch_ratio(const sampling_plan *p, uint64_t vm, double *seen_open);
+
 double plan_weight_scale_wanted(const sampling_plan *p, uint64_t vm) {
   if (!p->windowed) return 1.0;
   uint64_t hook = plan_hook_allocations(p, vm);
   // Before any window has been open, nothing was sampled: any scale will do.
   if (hook == 0 || vm == 0) return 1.0;
-  return meant_allocations(p, vm) / (double)hook;
+  // As plan_weight_scale, each stretch at its ratio before the bounds: the closed ones' are their meant
+  // allocations. So the two differ only where a bound held (reports say so), never by the pooling.
+  double seen_open, ratio = open_stretch_ratio(p, vm, &seen_open);
+  return (p->stretch_meant_start + ratio * seen_open) / (double)hook;
 }
 
 // Bounded, so that no sample stands for more than a few times sample_every: a run with very few windows
@@ -351,15 +358,21 @@ double plan_weight_scale(const sampling_plan *p, uint64_t vm) {
 // Windows the open stretch has held (the one open now included).
 static uint32_t stretch_windows(const sampling_plan *p) { return p->window + 1 - p->stretch_first_window; }
 
-double plan_open_stretch_scale(const sampling_plan *p, uint64_t vm) {
-  if (!p->windowed) return 1.0;
+static double open_stretch_ratio(const sampling_plan *p, uint64_t vm, double *seen_open) {
   double meant = meant_allocations(p, vm) - p->stretch_meant_start;
   double seen = (double)(plan_hook_allocations(p, vm) - p->stretch_hook_start);
+  *seen_open = seen;
   if (stretch_windows(p) < PLAN_STRETCH_MIN_WINDOWS) {
     meant += p->last_stretch_meant;
     seen += (double)p->last_stretch_hook;
   }
-  return bounded_scale(meant, seen);
+  return seen > 0.0 && meant > 0.0 ? meant / seen : 0.0;
+}
+
+double plan_open_stretch_scale(const sampling_plan *p, uint64_t vm) {
+  if (!p->windowed) return 1.0;
+  double seen_open, ratio = open_stretch_ratio(p, vm, &seen_open);
+  return ratio > 0.0 ? bounded_scale(ratio, 1.0) : 1.0;
 }
 
 bool plan_close_stretch(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations, uint32_t *last_window, double *scale) {

@@ -395,13 +395,14 @@ static uint64_t windows_seeing(sampling_plan *p, uint32_t n, uint64_t each, uint
 // enough; its scale is its own meant over seen allocations (bounded), and the run's scale is each
 // stretch's weighted by what the hook saw in it.
 static void test_stretches_scale_each_part_of_the_run(void) {
+  const uint64_t n = PLAN_STRETCH_MIN_WINDOWS;
   sampling_plan p;
   start(&p, 1000, true, 0, 0); // share 0.04
   uint32_t last = 0;
   double scale = 0.0;
-  // 199 windows of 50 allocations: 9,950 seen where 0.04 of 497,500 (19,900) were meant, a scale of 2.
-  uint64_t t = windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS - 1, 50, 0);
-  uint64_t vm1 = 497500;
+  // n windows of 50 allocations: 50 n seen where 0.04 of 2,500 n (100 n) were meant, a scale of 2.
+  uint64_t t = windows_seeing(&p, (uint32_t)n - 1, 50, 0);
+  uint64_t vm1 = 2500 * (n - 1);
   CHECK(!plan_close_stretch(&p, 600 * MS, vm1, &last, &scale)); // one window short
   t = windows_seeing(&p, 1, 50, t);
   vm1 += 2500;
@@ -412,35 +413,39 @@ static void test_stretches_scale_each_part_of_the_run(void) {
   CHECK(plan_close_stretch(&p, 600 * MS, vm1, &last, &scale));
   CHECK_EQ_U64(p.stretch_count, 1);
   CHECK_EQ_U64(last, p.window);
-  CHECK(fabs(scale - 2.0) < 1e-12); // 0.04 x 500,000 / 10,000
+  CHECK(fabs(scale - 2.0) < 1e-12);
   CHECK(fabs(plan_weight_scale(&p, vm1) - 2.0) < 1e-12);
   // The open stretch, young, pools with the last closed one: 5 windows seeing all they were meant to.
   t = windows_seeing(&p, 5, 40, 700 * MS);
   uint64_t vm2 = vm1 + 5000; // 0.04 x 5,000 = 200 meant, 200 seen
-  CHECK(fabs(plan_open_stretch_scale(&p, vm2) - 20200.0 / 10200.0) < 1e-12);
-  // Grown, it has its own: the next 200 windows see all of theirs (scale 1). The run's scale weighs each.
-  t = windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS - 5, 40, t);
-  vm2 = vm1 + 200000; // 8,000 seen, 8,000 meant
+  double pooled = (100.0 * n + 200.0) / (50.0 * n + 200.0);
+  CHECK(fabs(plan_open_stretch_scale(&p, vm2) - pooled) < 1e-12);
+  // No bound held, so the run's scale is what it wanted: pooling is no reason for a report to warn.
+  CHECK(fabs(plan_weight_scale(&p, vm2) - plan_weight_scale_wanted(&p, vm2)) < 1e-12);
+  CHECK(fabs(plan_weight_scale(&p, vm2) - (2.0 * 50 * n + 200 * pooled) / (50.0 * n + 200)) < 1e-12);
+  // Grown, it has its own: n windows in all, seeing all of theirs (scale 1). The run's scale weighs each.
+  t = windows_seeing(&p, (uint32_t)n - 5, 40, t);
+  vm2 = vm1 + 1000 * n; // 40 n seen, 40 n meant
   CHECK(fabs(plan_open_stretch_scale(&p, vm2) - 1.0) < 1e-12);
-  CHECK(fabs(plan_weight_scale(&p, vm2) - (2.0 * 10000 + 1.0 * 8000) / 18000.0) < 1e-12);
-  CHECK(fabs(plan_weight_scale_wanted(&p, vm2) - 0.04 * (double)vm2 / 18000.0) < 1e-12);
+  CHECK(fabs(plan_weight_scale(&p, vm2) - (2.0 * 50 * n + 1.0 * 40 * n) / (90.0 * n)) < 1e-12);
+  CHECK(fabs(plan_weight_scale_wanted(&p, vm2) - 0.04 * (double)vm2 / (90.0 * n)) < 1e-12);
   uint32_t first_last = last;
   CHECK(plan_close_stretch(&p, 1200 * MS, vm2, &last, &scale));
   CHECK(fabs(scale - 1.0) < 1e-12);
-  CHECK_EQ_U64(last - first_last, PLAN_STRETCH_MIN_WINDOWS);
+  CHECK_EQ_U64(last - first_last, n);
   CHECK(p.stretch_scale_min == 1.0 && p.stretch_scale_max == 2.0);
   // A stretch that saw a twentieth of its due is held at the bound, and the run's scale says so.
-  t = windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS, 1, t);
-  uint64_t vm3 = vm2 + 100000; // 4,000 meant, 200 seen
+  t = windows_seeing(&p, (uint32_t)n, 1, t);
+  uint64_t vm3 = vm2 + 500 * n; // 20 n meant, n seen
   CHECK(plan_close_stretch(&p, 1800 * MS, vm3, &last, &scale));
   CHECK(scale == PLAN_WEIGHT_SCALE_MAX);
   CHECK(plan_weight_scale(&p, vm3) < plan_weight_scale_wanted(&p, vm3));
   // Late in a long run a stretch lasts at least 1 / 64 of the run so far: about 2 s at 128 s.
-  windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS, 40, 125000 * MS);
-  CHECK(plan_close_stretch(&p, 126000 * MS, vm3 + 200000, &last, &scale));
-  windows_seeing(&p, PLAN_STRETCH_MIN_WINDOWS, 40, 126000 * MS);
-  CHECK(!plan_close_stretch(&p, 127000 * MS, vm3 + 400000, &last, &scale));
-  CHECK(plan_close_stretch(&p, 128100 * MS, vm3 + 400000, &last, &scale));
+  windows_seeing(&p, (uint32_t)n, 40, 125000 * MS);
+  CHECK(plan_close_stretch(&p, 126000 * MS, vm3 + 1000 * n, &last, &scale));
+  windows_seeing(&p, (uint32_t)n, 40, 126000 * MS);
+  CHECK(!plan_close_stretch(&p, 127000 * MS, vm3 + 2000 * n, &last, &scale));
+  CHECK(plan_close_stretch(&p, 128100 * MS, vm3 + 2000 * n, &last, &scale));
   CHECK_EQ_U64(p.stretch_count, 5);
   // Always on: no stretches.
   start(&p, 1000, false, 0, 0);
