@@ -57,15 +57,17 @@ class TestCoreStretches < Minitest::Test
     assert_raises(ArgumentError) { Heapscope::Testing.close_stretch(-1.0) }
   end
 
-  # Windowed, on a Ruby whose ticker opens windows many times a second (3.3+), a run of a few seconds
-  # closes stretches, each scale within the bounds, and the profile says so.
+  # Windowed, on a Ruby whose ticker opens windows many times a second (3.3+), a run closes stretches,
+  # each scale within the bounds, and the profile says so.
   def test_a_windowed_run_closes_stretches
     Heapscope.start(sample_every: 1000, sampling: :windowed)
     skip "Ruby #{RUBY_VERSION} changes windows at GCs only (no ticker): too few for a stretch" unless ticker_ruby?
     keep = []
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 3.0
-    while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
-      1000.times { |i| keep << Object.new if (i % 50).zero? }
+    # Until a stretch closed (100 windows and half a second: about a second on an idle machine, a few on
+    # a loaded one), at most 20 s.
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20.0
+    while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline && Heapscope.stats[:weight_stretches].zero?
+      10_000.times { |i| keep << Object.new if (i % 50).zero? }
       keep.shift(keep.size - 50_000) if keep.size > 50_000
     end
     stats = Heapscope.stats

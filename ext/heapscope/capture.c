@@ -345,7 +345,9 @@ void capture_get_stats(capture_stats *stats) {
   stats->stretches = plan->stretch_count;
   stats->stretch_scale_min = plan->stretch_scale_min;
   stats->stretch_scale_max = plan->stretch_scale_max;
-  stats->open_stretch_scale = cap.running ? plan_open_stretch_scale(plan, stats->vm_allocations) : 1.0;
+  double last_scale;
+  stats->open_stretch_scale = 1.0;
+  if (cap.running) plan_tail_scales(plan, stats->vm_allocations, &last_scale, &stats->open_stretch_scale);
   stats->ticker_wakeups = ws.ticker_wakeups;
   stats->ticker_triggers = ws.ticker_triggers;
 }
@@ -362,8 +364,12 @@ void capture_estimate(recorder_estimate *e) {
   // The finite-population correction (variance.h) assumes one share over the run and windows that are
   // sampled in full; with the budget's share neither holds, and none is made (the bars err wide).
   double fpc_share = plan->auto_share ? 0.0 : plan->chain.share;
-  double open_scale = cap.running ? plan_open_stretch_scale(plan, vm) : 1.0;
-  *e = (recorder_estimate){.scale = open_scale, .windowed = cap.running && cap.config.windowed, .share = fpc_share};
+  double last_scale = 1.0, open_scale = 1.0;
+  if (cap.running) plan_tail_scales(plan, vm, &last_scale, &open_scale);
+  // The last closed stretch's samples: the plan's scale for them (pooled with the open stretch while
+  // that is young); with none closed in the plan, the recorder's own table (Testing.close_stretch).
+  if (!cap.running || plan->stretch_count == 0) last_scale = -1.0;
+  *e = (recorder_estimate){.scale = open_scale, .last_scale = last_scale, .windowed = cap.running && cap.config.windowed, .share = fpc_share};
   if (e->windowed && plan->window_open) {
     e->has_open_window = true;
     e->open_window = plan->window;

@@ -120,7 +120,8 @@ static bool count_allocation(recorder *r, uint32_t stack_id, uint32_t class_id, 
   return true;
 }
 
-double recorder_window_scale(const recorder *r, uint32_t window, double open_scale) {
+// Which stretch window belongs to: the index of its closed stretch, or stretch_count when open.
+static uint32_t stretch_of(const recorder *r, uint32_t window) {
   // The first closed stretch whose last window is at or after window (numbers compared as distances,
   // so a wrap of the window count between two stretches changes nothing).
   uint32_t low = 0, high = r->stretch_count;
@@ -129,20 +130,30 @@ double recorder_window_scale(const recorder *r, uint32_t window, double open_sca
     if ((int32_t)(window - r->stretch_last_window[mid]) <= 0) high = mid;
     else low = mid + 1;
   }
-  return low < r->stretch_count ? (double)r->stretch_scale[low] : open_scale;
+  return low;
 }
 
-// Adds the bytes of a sampled allocation, once it has been measured (maybe after its stretch closed). A
-// counter that was reset since the allocation no longer wants them.
+double recorder_window_scale(const recorder *r, uint32_t window, double last_scale, double open_scale) {
+  uint32_t k = stretch_of(r, window);
+  if (k == r->stretch_count) return open_scale;
+  if (k + 1 == r->stretch_count && last_scale >= 0.0) return last_scale;
+  return (double)r->stretch_scale[k];
+}
+
+// Adds the bytes of a sampled allocation, once it has been measured (maybe after its stretch closed):
+// to the part of its counter its stretch is in. A counter that was reset since the allocation no longer
+// wants them.
 static void count_allocated_bytes(recorder *r, const record *rec, uint64_t size) {
   uint32_t hash;
   bool exact = (rec->flags & RECORD_EXACT) != 0;
   uint32_t id = find_counter(r, rec->stack_id, rec->class_id, rec->labels, exact, &hash);
   if (id == IDINDEX_NONE) return;
   alloc_counter *counter = &r->allocs[id - 1];
-  double scale = exact ? -1.0 : recorder_window_scale(r, rec->window, -1.0);
-  if (scale < 0.0) counter->open_bytes += (int64_t)((uint64_t)rec->weight * size);
-  else counter->bytes += scale * (double)rec->weight * (double)size;
+  int64_t bytes = (int64_t)((uint64_t)rec->weight * size);
+  uint32_t k = exact ? r->stretch_count : stretch_of(r, rec->window); // exact: never scaled, kept open
+  if (k == r->stretch_count) counter->open_bytes += bytes;
+  else if (k + 1 == r->stretch_count) counter->last_bytes += bytes;
+  else counter->bytes += (double)r->stretch_scale[k] * (double)bytes;
 }
 
 void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations) {
@@ -150,30 +161,34 @@ void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations) {
   group_design_add_window(&r->open_alloc_design, window, (double)allocations);
 }
 
-// Adds open x scale to closed, and empties open.
-static void fold_design(group_design *closed, group_design *open, double scale) {
-  for (int g = 0; g < VARIANCE_GROUPS; g++) closed->allocations[g] += open->allocations[g] * scale;
+// closed += last x scale; last = open; open = nothing.
+static void shift_design(group_design *closed, group_design *last, group_design *open, double scale) {
+  for (int g = 0; g < VARIANCE_GROUPS; g++) closed->allocations[g] += last->allocations[g] * scale;
+  *last = *open;
   memset(open, 0, sizeof *open);
 }
 
 bool recorder_close_stretch(recorder *r, uint32_t last_window, double scale) {
   if (r->stretch_count >= RECORDER_MAX_STRETCHES) return false;
-  r->stretch_last_window[r->stretch_count] = last_window;
-  r->stretch_scale[r->stretch_count] = (float)scale;
-  // Scaled by the float the table keeps, so counters and live records agree exactly.
-  double kept = (double)r->stretch_scale[r->stretch_count];
-  r->stretch_count++;
+  // The stretch that was the last closed one is folded in for good, at the scale it closed with.
+  double folded = r->stretch_count > 0 ? (double)r->stretch_scale[r->stretch_count - 1] : 1.0;
   for (uint32_t i = 0; i < r->alloc_count; i++) {
     alloc_counter *c = &r->allocs[i];
     if (c->key.exact) continue; // never scaled: kept whole in the open part
-    c->objects += kept * (double)c->open_objects;
-    c->bytes += kept * (double)c->open_bytes;
-    for (int g = 0; g < VARIANCE_GROUPS; g++) c->groups.totals[g] += (float)(kept * (double)c->open_groups.totals[g]);
+    c->objects += folded * (double)c->last_objects;
+    c->bytes += folded * (double)c->last_bytes;
+    for (int g = 0; g < VARIANCE_GROUPS; g++) c->groups.totals[g] += (float)(folded * (double)c->last_groups.totals[g]);
+    c->last_objects = c->open_objects;
+    c->last_bytes = c->open_bytes;
+    c->last_groups = c->open_groups;
     c->open_objects = c->open_bytes = 0;
     memset(&c->open_groups, 0, sizeof c->open_groups);
   }
-  fold_design(&r->design, &r->open_design, kept);
-  fold_design(&r->alloc_design, &r->open_alloc_design, kept);
+  shift_design(&r->design, &r->last_design, &r->open_design, folded);
+  shift_design(&r->alloc_design, &r->last_alloc_design, &r->open_alloc_design, folded);
+  r->stretch_last_window[r->stretch_count] = last_window;
+  r->stretch_scale[r->stretch_count] = (float)scale;
+  r->stretch_count++;
   return true;
 }
 
@@ -356,6 +371,7 @@ void recorder_reset_allocs(recorder *r) {
   for (uint32_t i = 0; i < r->alloc_count; i++) stacktab_release(r->stacks, r->allocs[i].key.stack_id);
   r->alloc_count = 0;
   memset(&r->alloc_design, 0, sizeof r->alloc_design);
+  memset(&r->last_alloc_design, 0, sizeof r->last_alloc_design);
   memset(&r->open_alloc_design, 0, sizeof r->open_alloc_design);
   idindex_free(&r->alloc_index);
   // If this fails the index is empty with no slots, which still works: the next insert allocates.

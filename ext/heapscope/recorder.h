@@ -113,11 +113,13 @@ bool recorder_has_suspects(const recorder *r);
 // clusters, and a weight of 1 is exact); sizes are re-measured first (objects
 // seen frozen keep their size). Frames are named through code_names, which the caller resolved just
 // before (names_resolve). allocs marks it as an allocations profile. NULL when memory is short.
-// How a snapshot turns samples into estimates (variance.h): the weight scale the open stretch's samples
-// are multiplied by (every sample's when always; closed stretches have their own, recorder_close_stretch),
-// and, windowed, the share and the window still open with the allocations it has seen so far.
+// How a snapshot turns samples into estimates (variance.h): the weight scales the open stretch's and the
+// last closed stretch's samples are multiplied by (every sample's is 1 when always; earlier stretches
+// have their own, recorder_close_stretch), and, windowed, the share and the window still open with the
+// allocations it has seen so far.
 typedef struct {
-  double scale;
+  double scale;      // the open stretch's samples
+  double last_scale; // the last closed stretch's samples; < 0: the scale it closed with
   bool windowed;
   double share;
   bool has_open_window;
@@ -133,9 +135,10 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
 void recorder_close_window(recorder *r, uint32_t window, uint64_t allocations);
 
 // Windowed sampling: the stretch of the run that ended with window number last_window closed (no
-// window of it is still open), and every sample of its windows is multiplied by scale from now on
-// (sampling_plan.h, "Stretches"); later windows belong to the open stretch, whose scale each snapshot is
-// given (recorder_estimate). Reads no object; never allocates; false when RECORDER_MAX_STRETCHES have
+// window of it is still open) with scale (sampling_plan.h, "Stretches"). Its samples stay apart as the
+// last closed stretch's, whose scale each snapshot is given (recorder_estimate: the plan may still pool
+// it with the open stretch); the stretch closed before it is folded in for good, each of its samples
+// multiplied by its scale. Later windows belong to the open stretch. Reads no object; never allocates; false when RECORDER_MAX_STRETCHES have
 // closed (the caller's plan closes no more than that).
 bool recorder_close_stretch(recorder *r, uint32_t last_window, double scale);
 

@@ -37,16 +37,18 @@ typedef struct {
   uint32_t exact; // 1: counts exact records only (recorder_track_exact), kept apart from the sampled
 } alloc_key;
 
-// A counter's samples of closed stretches are kept scaled (each by its stretch's scale, fixed when the
-// stretch closed: recorder_close_stretch), those of the open stretch as drawn; a snapshot scales the
-// latter by the open stretch's scale. Exact counters are never scaled.
+// A counter's samples of the stretches closed before the last one are kept scaled (each by its stretch's
+// scale: recorder_close_stretch), those of the last closed stretch and of the open one as drawn; a
+// snapshot scales those by the scales it is given. Exact counters are never scaled.
 typedef struct {
   alloc_key key;
-  double objects, bytes;            // closed stretches: weighted and scaled
+  double objects, bytes;            // stretches before the last closed one: weighted and scaled
   group_sums groups;                // windowed: those objects by variance group (variance.h)
+  int64_t last_objects, last_bytes; // the last closed stretch: weighted
+  group_sums last_groups;
   int64_t open_objects, open_bytes; // the open stretch: weighted
   group_sums open_groups;
-  double bernoulli;                 // always-on: the objects' Bernoulli variance (one stretch only)
+  double bernoulli;                 // always-on: the objects' Bernoulli variance (no stretches)
 } alloc_counter;
 
 struct recorder {
@@ -67,6 +69,7 @@ struct recorder {
   // since the allocation counters were last reset (for them): those of closed stretches scaled, as the
   // samples are, those of the open stretch as seen.
   group_design design, alloc_design;
+  group_design last_design, last_alloc_design;
   group_design open_design, open_alloc_design;
   // Windowed: the closed stretches, oldest first: the last window of each and its scale.
   uint32_t stretch_count;
@@ -83,8 +86,9 @@ void *recorder_calloc(size_t count, size_t n);
 void *recorder_realloc(void *p, size_t n);
 // Whether a record still points at an object (liveness makes it always true outside a bug).
 bool recorder_record_is_valid(VALUE obj);
-// The scale of a sample taken in window: its closed stretch's, or open_scale when its stretch is open.
-double recorder_window_scale(const recorder *r, uint32_t window, double open_scale);
+// The scale of a sample taken in window: its stretch's from the table when it closed before the last one,
+// else last_scale (the last closed stretch; < 0: the table's) or open_scale (the open stretch).
+double recorder_window_scale(const recorder *r, uint32_t window, double last_scale, double open_scale);
 // (Re)measures a record's object unless it was seen frozen; the first measurement is its allocation size.
 void recorder_measure_record(recorder *r, record *rec);
 

@@ -34,9 +34,10 @@ static bool live_key_equals(const void *ctx, uint32_t id, const void *key) {
 }
 
 // Measures every record, and sums those old enough for the profile per (stack, class, age bucket),
-// each times its stretch's scale (open_scale for the open stretch's). The walk always finishes (it also
+// each times its stretch's scale (the tail's: last_scale, open_scale). The walk always finishes (it also
 // compacts out invalid records), even when memory runs short for the grouping: then it returns false.
-static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, double open_scale, live_groups *groups) {
+static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, double last_scale, double open_scale,
+                               live_groups *groups) {
   bool grouping = true;
   size_t kept = 0;
   for (size_t i = 0; i < r->record_count; i++) {
@@ -68,7 +69,7 @@ static bool group_live_records(recorder *r, uint32_t min_age, uint32_t gc_now, d
       groups->groups[id - 1] = (live_group){.key = key};
     }
     live_group *g = &groups->groups[id - 1];
-    double scale = exact ? 1.0 : recorder_window_scale(r, rec->window, open_scale);
+    double scale = exact ? 1.0 : recorder_window_scale(r, rec->window, last_scale, open_scale);
     double weight = scale * (double)rec->weight, bytes = weight * (double)rec->size;
     g->objects += weight;
     g->bytes += bytes;
@@ -219,21 +220,24 @@ static void group_variances(const hs_group_totals in, const group_design *design
   }
 }
 
-// closed + open x scale, by group.
-static group_design scaled_design(const group_design *closed, const group_design *open, double scale) {
+// closed + last x last_scale + open x open_scale, by group.
+static group_design scaled_design(const group_design *closed, const group_design *last, double last_scale,
+                                  const group_design *open, double open_scale) {
   group_design d = *closed;
-  for (int g = 0; g < VARIANCE_GROUPS; g++) d.allocations[g] += open->allocations[g] * scale;
+  for (int g = 0; g < VARIANCE_GROUPS; g++) d.allocations[g] += last->allocations[g] * last_scale + open->allocations[g] * open_scale;
   return d;
 }
 
 hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const labelsets *labels, bool allocs, uint32_t min_age,
                                const recorder_estimate *e) {
   const double open_scale = e->scale;
+  // The last closed stretch's scale: the caller's, else the one it closed with.
+  const double last_scale = e->last_scale >= 0.0 ? e->last_scale : r->stretch_count > 0 ? (double)r->stretch_scale[r->stretch_count - 1] : 1.0;
   const bool windowed = e->windowed;
   // The designs, scaled as the samples are (so a ratio of a value to them is one of like to like), the
   // window still open counted as if it closed now.
-  group_design design = scaled_design(&r->design, &r->open_design, open_scale);
-  group_design alloc_design = scaled_design(&r->alloc_design, &r->open_alloc_design, open_scale);
+  group_design design = scaled_design(&r->design, &r->last_design, last_scale, &r->open_design, open_scale);
+  group_design alloc_design = scaled_design(&r->alloc_design, &r->last_alloc_design, last_scale, &r->open_alloc_design, open_scale);
   design.share = alloc_design.share = e->share;
   if (windowed && e->has_open_window) {
     group_design_add_window(&design, e->open_window, e->open_allocations * open_scale);
@@ -245,7 +249,7 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
   live_groups groups = {.groups = recorder_malloc(sizeof(live_group) * (r->record_count ? r->record_count : 1))};
   stack_resolver sr = {.r = r, .code_names = code_names, .snapshot = s, .labels = labels};
   bool ok = s != NULL && groups.groups != NULL && idindex_init(&groups.index, 64) &&
-            group_live_records(r, min_age, s->gc_count, open_scale, &groups);
+            group_live_records(r, min_age, s->gc_count, last_scale, open_scale, &groups);
   if (s != NULL && windowed) {
     s->has_groups = true;
     s->design = design;
@@ -265,9 +269,10 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
   // Allocation counters first (alloc_* values, no gc_age), then live groups (inuse_* values).
   for (uint32_t i = 0; ok && i < r->alloc_count; i++) {
     const alloc_counter *c = &r->allocs[i];
-    if (c->objects == 0.0 && c->open_objects == 0) continue;
-    const double scale = c->key.exact ? 1.0 : open_scale; // exact counts are not estimates
-    double objects = c->objects + scale * (double)c->open_objects, bytes = c->bytes + scale * (double)c->open_bytes;
+    if (c->objects == 0.0 && c->last_objects == 0 && c->open_objects == 0) continue;
+    const double scale = c->key.exact ? 1.0 : open_scale; // exact counts are not estimates (kept open)
+    double objects = c->objects + last_scale * (double)c->last_objects + scale * (double)c->open_objects;
+    double bytes = c->bytes + last_scale * (double)c->last_bytes + scale * (double)c->open_bytes;
     int64_t values[HS_VALUE_COUNT] = {llround(objects), llround(bytes), 0, 0};
     // Bytes are measured after the fact, not per window: by group they are the objects at the
     // counter's mean size.
@@ -275,7 +280,8 @@ hs_snapshot *recorder_snapshot(recorder *r, const names *code_names, const label
     hs_group_totals in, out;
     if (windowed) {
       for (int g = 0; g < VARIANCE_GROUPS; g++) {
-        in[0][g] = (float)((double)c->groups.totals[g] + scale * (double)c->open_groups.totals[g]);
+        in[0][g] = (float)((double)c->groups.totals[g] + last_scale * (double)c->last_groups.totals[g] +
+                           scale * (double)c->open_groups.totals[g]);
         in[1][g] = (float)((double)in[0][g] * mean_size);
       }
       group_variances(in, &alloc_design, out, variance);

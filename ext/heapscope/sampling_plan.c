@@ -35,6 +35,7 @@ void plan_start(sampling_plan *p, const plan_config *config, uint64_t now, uint6
   p->stretch_hook_start = 0;
   p->last_stretch_meant = 0.0;
   p->last_stretch_hook = 0;
+  p->last_stretch_scale = 1.0;
   p->scaled_hook_allocations = 0.0;
   p->stretch_scale_min = p->stretch_scale_max = 0.0;
   p->next_density_check = virtual_now + SCHEDULE_FIRST_RETUNE_NANOS;
@@ -320,19 +321,13 @@ double plan_meant_share(const sampling_plan *p, uint64_t vm) {
   return vm > 0 ? meant_allocations(p, vm) / (double)vm : p->chain.share;
 }
 
-// The open stretch's ratio before the bounds (pooled with the last closed stretch's while young), and
-// the allocations the hook saw in it; 0 when it saw none.
-static double open_stretch_ratio(const sampling_plan *p, uint64_t vm, double *seen_open);
-
 double plan_weight_scale_wanted(const sampling_plan *p, uint64_t vm) {
   if (!p->windowed) return 1.0;
   uint64_t hook = plan_hook_allocations(p, vm);
   // Before any window has been open, nothing was sampled: any scale will do.
   if (hook == 0 || vm == 0) return 1.0;
-  // As plan_weight_scale, each stretch at its ratio before the bounds: the closed ones' are their meant
-  // allocations. So the two differ only where a bound held (reports say so), never by the pooling.
-  double seen_open, ratio = open_stretch_ratio(p, vm, &seen_open);
-  return (p->stretch_meant_start + ratio * seen_open) / (double)hook;
+  // Each stretch at its ratio before the bounds gives the whole run's (its meant allocations over seen).
+  return meant_allocations(p, vm) / (double)hook;
 }
 
 // Bounded, so that no sample stands for more than a few times sample_every: a run with very few windows
@@ -349,8 +344,11 @@ double plan_weight_scale(const sampling_plan *p, uint64_t vm) {
   if (!p->windowed) return 1.0;
   uint64_t hook = plan_hook_allocations(p, vm);
   if (hook == 0 || vm == 0) return 1.0;
-  double open = (double)(hook - p->stretch_hook_start);
-  return (p->scaled_hook_allocations + open * plan_open_stretch_scale(p, vm)) / (double)hook;
+  double last, open;
+  plan_tail_scales(p, vm, &last, &open);
+  double open_seen = (double)(hook - p->stretch_hook_start), last_seen = (double)p->last_stretch_hook;
+  double before_last = p->scaled_hook_allocations - last_seen * p->last_stretch_scale;
+  return (before_last + last_seen * last + open_seen * open) / (double)hook;
 }
 
 // ---- Stretches ----
@@ -358,21 +356,20 @@ double plan_weight_scale(const sampling_plan *p, uint64_t vm) {
 // Windows the open stretch has held (the one open now included).
 static uint32_t stretch_windows(const sampling_plan *p) { return p->window + 1 - p->stretch_first_window; }
 
-static double open_stretch_ratio(const sampling_plan *p, uint64_t vm, double *seen_open) {
+void plan_tail_scales(const sampling_plan *p, uint64_t vm, double *last, double *open) {
+  if (!p->windowed) {
+    *last = *open = 1.0;
+    return;
+  }
   double meant = meant_allocations(p, vm) - p->stretch_meant_start;
   double seen = (double)(plan_hook_allocations(p, vm) - p->stretch_hook_start);
-  *seen_open = seen;
-  if (stretch_windows(p) < PLAN_STRETCH_MIN_WINDOWS) {
-    meant += p->last_stretch_meant;
-    seen += (double)p->last_stretch_hook;
+  if (p->stretch_count > 0 && stretch_windows(p) < PLAN_STRETCH_MIN_WINDOWS) {
+    // Young: one ratio over the last closed stretch and the open one, as if the last had not closed.
+    *last = *open = bounded_scale(meant + p->last_stretch_meant, seen + (double)p->last_stretch_hook);
+    return;
   }
-  return seen > 0.0 && meant > 0.0 ? meant / seen : 0.0;
-}
-
-double plan_open_stretch_scale(const sampling_plan *p, uint64_t vm) {
-  if (!p->windowed) return 1.0;
-  double seen_open, ratio = open_stretch_ratio(p, vm, &seen_open);
-  return ratio > 0.0 ? bounded_scale(ratio, 1.0) : 1.0;
+  *last = p->last_stretch_scale;
+  *open = bounded_scale(meant, seen);
 }
 
 bool plan_close_stretch(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations, uint32_t *last_window, double *scale) {
@@ -395,6 +392,7 @@ bool plan_close_stretch(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allo
   p->stretch_count++;
   p->last_stretch_meant = stretch_meant;
   p->last_stretch_hook = seen;
+  p->last_stretch_scale = *scale;
   p->stretch_first_window = p->window + 1;
   p->stretch_started_virtual = virtual_now;
   p->stretch_meant_start = meant;

@@ -78,8 +78,8 @@
 // than another, and the budget's share moves. One weight scale for the run weighed one phase's samples
 // by the other's losses (docs/windowed-sampling.md: a build phase 3-5% low and the work after it 6-20%
 // high). So the run is cut into stretches at density checks, and when one closes its scale (what the
-// hook was meant to see in it over what it saw) is fixed for every sample of its windows (the recorder
-// keeps the table: recorder_close_stretch). A stretch closes only between windows (a window's samples
+// hook was meant to see in it over what it saw) is for every sample of its windows (the recorder keeps
+// the table: recorder_close_stretch), fixed once the next stretch has grown (plan_tail_scales). A stretch closes only between windows (a window's samples
 // share one scale), and only once it has held PLAN_STRETCH_MIN_WINDOWS windows, since a ratio over n
 // windows is biased by about its squared relative error, which shrinks as 1 / n (at 100, bench/accuracy's
 // lifetimes rows stayed within 1.5 standard errors over 40 runs, Ruby 3.3; phases shorter than a
@@ -158,8 +158,9 @@ typedef struct {
   uint64_t stretch_started_virtual;
   double stretch_meant_start;      // meant allocations (since start) when the open stretch began
   uint64_t stretch_hook_start;     // hook_allocations then
-  double last_stretch_meant;       // the last closed stretch's meant and seen allocations (0: none yet)
-  uint64_t last_stretch_hook;
+  double last_stretch_meant;       // the last closed stretch's meant and seen allocations (0: none yet),
+  uint64_t last_stretch_hook;      // and its scale
+  double last_stretch_scale;
   double scaled_hook_allocations;  // over the closed stretches: each one's scale x the allocations it saw
   double stretch_scale_min, stretch_scale_max; // over the closed stretches (0 when none)
 } sampling_plan;
@@ -259,20 +260,23 @@ uint64_t plan_open_window_allocations(const sampling_plan *p, uint64_t vm);
 // (capture.h says why it multiplies every weight). 1 when always, or before any window. Unbounded.
 double plan_weight_scale_wanted(const sampling_plan *p, uint64_t vm);
 // The scale the run's samples were given on average (each stretch's scale, weighted by the allocations
-// the hook saw in it): plan_weight_scale_wanted where no stretch was held at a bound.
+// the hook saw in it; the tail's as plan_tail_scales): plan_weight_scale_wanted where no bound held.
 double plan_weight_scale(const sampling_plan *p, uint64_t vm);
 
 // ---- Stretches ----
 
 // At a density check, after plan_update_density (vm_allocations: the VM's count, as there): closes the
 // open stretch if it is due (see PLAN_STRETCH_MIN_WINDOWS). Then *last_window is the number of its last
-// window, *scale the scale fixed for its samples (its meant over its seen allocations, within the
-// bounds), and true is returned; the next stretch begins with the next window.
+// window, *scale its scale (its meant over its seen allocations, within the bounds; fixed for its
+// samples once the next stretch has grown: plan_tail_scales), and true is returned; the next stretch
+// begins with the next window.
 bool plan_close_stretch(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations, uint32_t *last_window, double *scale);
-// The scale of the open stretch's samples (windows after the last closed stretch), given the VM's
-// allocations since start: its own ratio, within the bounds; while it has held fewer than
-// PLAN_STRETCH_MIN_WINDOWS windows, pooled with the last closed stretch (the whole run's ratio when
-// none has closed). 1 when always.
-double plan_open_stretch_scale(const sampling_plan *p, uint64_t vm);
+// The scales of the run's tail, given the VM's allocations since start: *last for the samples of the
+// last closed stretch, *open for those of the open one. Each its own ratio within the bounds, except
+// while the open stretch has held fewer than PLAN_STRETCH_MIN_WINDOWS windows: then both are one ratio
+// over the two, as if the last had not closed (a young stretch's own ratio is noisy, and a scale pooled
+// for its samples alone would not cancel their luck as a ratio over their own windows does). With no
+// closed stretch, *open is the whole run's ratio. 1 when always.
+void plan_tail_scales(const sampling_plan *p, uint64_t vm, double *last, double *open);
 
 #endif

@@ -419,14 +419,17 @@ static void test_stretches_scale_each_part_of_the_run(void) {
   t = windows_seeing(&p, 5, 40, 700 * MS);
   uint64_t vm2 = vm1 + 5000; // 0.04 x 5,000 = 200 meant, 200 seen
   double pooled = (100.0 * n + 200.0) / (50.0 * n + 200.0);
-  CHECK(fabs(plan_open_stretch_scale(&p, vm2) - pooled) < 1e-12);
+  double last_scale, open_scale;
+  plan_tail_scales(&p, vm2, &last_scale, &open_scale);
+  CHECK(fabs(last_scale - pooled) < 1e-12 && fabs(open_scale - pooled) < 1e-12); // one ratio over the two
   // No bound held, so the run's scale is what it wanted: pooling is no reason for a report to warn.
   CHECK(fabs(plan_weight_scale(&p, vm2) - plan_weight_scale_wanted(&p, vm2)) < 1e-12);
-  CHECK(fabs(plan_weight_scale(&p, vm2) - (2.0 * 50 * n + 200 * pooled) / (50.0 * n + 200)) < 1e-12);
+  CHECK(fabs(plan_weight_scale(&p, vm2) - pooled) < 1e-12);
   // Grown, it has its own: n windows in all, seeing all of theirs (scale 1). The run's scale weighs each.
   t = windows_seeing(&p, (uint32_t)n - 5, 40, t);
   vm2 = vm1 + 1000 * n; // 40 n seen, 40 n meant
-  CHECK(fabs(plan_open_stretch_scale(&p, vm2) - 1.0) < 1e-12);
+  plan_tail_scales(&p, vm2, &last_scale, &open_scale);
+  CHECK(fabs(last_scale - 2.0) < 1e-12 && fabs(open_scale - 1.0) < 1e-12); // each its own
   CHECK(fabs(plan_weight_scale(&p, vm2) - (2.0 * 50 * n + 1.0 * 40 * n) / (90.0 * n)) < 1e-12);
   CHECK(fabs(plan_weight_scale_wanted(&p, vm2) - 0.04 * (double)vm2 / (90.0 * n)) < 1e-12);
   uint32_t first_last = last;
@@ -451,7 +454,8 @@ static void test_stretches_scale_each_part_of_the_run(void) {
   start(&p, 1000, false, 0, 0);
   allocate(&p, 100000, NULL);
   CHECK(!plan_close_stretch(&p, 10000 * MS, 100000, &last, &scale));
-  CHECK(plan_open_stretch_scale(&p, 100000) == 1.0);
+  plan_tail_scales(&p, 100000, &last_scale, &open_scale);
+  CHECK(last_scale == 1.0 && open_scale == 1.0);
 }
 
 int main(void) {
