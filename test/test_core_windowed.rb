@@ -123,6 +123,7 @@ class TestCoreWindowed < Minitest::Test
       assert_operator stats[:weight_scale], :<=, 5.0, stats.inspect
       assert_operator stats[:weight_scale], :>=, 0.5, stats.inspect
     end
+    seen_before = Heapscope.stats[:hook_allocations]
     comments = heap_profile.comments.join("\n")
     assert_match(/sampling=windowed share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ .*variance=groups$/, comments)
     # The groups' allocations add up to the allocations the hook saw in closed windows and the open one,
@@ -131,7 +132,9 @@ class TestCoreWindowed < Minitest::Test
     refute_nil design, comments
     scale = Float(comments[/ weight_scale=([\d.]+) /, 1])
     assert_operator design.split(",").sum(&:to_i), :<=, (scale * Heapscope.stats[:hook_allocations] * 1.001).ceil + 16
-    assert_operator design.split(",").sum(&:to_i), :>, 0
+    # Not empty once the hook has seen an allocation (Ruby 3.1 syncs windows at GCs only, so a short run
+    # under ASan may see no window at all: 0.96 ** 50 GCs is 13%).
+    assert_operator design.split(",").sum(&:to_i), :>, 0 if seen_before.positive?
     # The allocation counters' own design: the same windows until Heapscope.reset, none right after it.
     alloc_design = comments[/^alloc_variance_groups=16 group_allocations=([\d,]+)$/, 1]
     refute_nil alloc_design, comments
