@@ -49,10 +49,13 @@ class TestCoreStretches < Minitest::Test
   end
 
   def test_close_stretch_refuses_bad_input
-    assert_raises(RuntimeError) { Heapscope::Testing.close_stretch(1.0) }
+    error = assert_raises(RuntimeError) { Heapscope::Testing.close_stretch(1.0) }
+    assert_equal "heapscope is not running", error.message
     Heapscope.start(sample_every: 1, sampling: :always)
-    assert_raises(ArgumentError) { Heapscope::Testing.close_stretch(0) }
-    assert_raises(ArgumentError) { Heapscope::Testing.close_stretch(-1.0) }
+    [0, -1.0].each do |bad|
+      error = assert_raises(ArgumentError) { Heapscope::Testing.close_stretch(bad) }
+      assert_equal "scale must be positive", error.message
+    end
   end
 
   # Windowed, on a Ruby whose ticker opens windows many times a second (3.3+), a run closes stretches,

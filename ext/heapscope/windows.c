@@ -140,7 +140,7 @@ void windows_sync_outside_gc(void) {
       plan_update_density(win.plan, now, vm);
       bool changed = win.plan->chain.share_changes != changes;
       pthread_mutex_unlock(&chain_lock);
-      // A stretch due closes here, between windows: its samples' scale is fixed from now on.
+      // A stretch due closes here, between windows, with its scale (final once the next has grown).
       uint32_t last_window;
       double scale;
       if (plan_close_stretch(win.plan, now, vm, &last_window, &scale)) recorder_close_stretch(win.recorder, last_window, scale);
