@@ -232,7 +232,7 @@ class TestCoreAPI < Minitest::Test
     assert_match(/\Asampling=#{expected} share=[\d.]+ realized_share=[\d.]+ weight_scale=[\d.]+ weight_scale_wanted=[\d.]+ sample_every=\d+ current_sample_every=\d+ max_sample_every=\d+ rate_lowered=(true|false) windows=\d+ hook_on_share=[\d.]+ allocations=\d+ skipped_own=\d+ variance=#{expected == :windowed ? "groups" : "labels"}\z/, line)
     # Windowed: the variance groups' allocations (docs/configuration.md), 16 whole numbers.
     auto = comments.find { |c| c.start_with?("share_auto=") }
-    assert_match(/\Ashare_auto=false current_share=[\d.e-]+ min_share=[\d.e-]+ share_changes=\d+ hook_cost_full_share=[\d.]+ fpc_share=[\d.e-]+\z/, auto)
+    assert_match(/\Ashare_auto=false current_share=[\d.e-]+ min_share=[\d.e-]+ share_changes=\d+ share_changes_waited=\d+ hook_cost_full_share=[\d.]+ fpc_share=[\d.e-]+\z/, auto)
     stretches = comments.find { |c| c.start_with?("stretches=") }
     assert_match(/\Astretches=\d+ stretch_scale_min=[\d.]+ stretch_scale_max=[\d.]+ open_stretch_scale=[\d.]+\z/, stretches)
     design = comments.find { |c| c.start_with?("variance_groups=") }

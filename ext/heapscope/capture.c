@@ -341,6 +341,7 @@ void capture_get_stats(capture_stats *stats) {
   stats->min_share = plan->min_share;
   stats->share_auto = cap.running && plan->auto_share;
   stats->share_changes = plan->chain.share_changes;
+  stats->share_changes_waited = plan->share_changes_waited;
   stats->hook_cost_share = plan->hook_cost_share;
   stats->stretches = plan->stretch_count;
   stats->stretch_scale_min = plan->stretch_scale_min;

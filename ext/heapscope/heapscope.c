@@ -364,6 +364,7 @@ static VALUE native_stats(VALUE self) {
   set(h, "mean_window_share", capture_current_config()->windowed ? DBL2NUM(cs.mean_share) : Qnil);
   set(h, "min_window_share", capture_current_config()->windowed ? DBL2NUM(cs.min_share) : Qnil);
   set_u64(h, "window_share_changes", cs.share_changes);
+  set_u64(h, "window_share_changes_waited", cs.share_changes_waited);
   set(h, "hook_cost_full_share", DBL2NUM(cs.hook_cost_share));
   set(h, "rate_lowered", cs.current_every > capture_current_config()->sample_every ? Qtrue : Qfalse); // now, not once
   set_u64(h, "max_sample_every", cs.max_every);

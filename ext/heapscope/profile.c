@@ -57,7 +57,7 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            "sampling=%s share=%g realized_share=%.5f weight_scale=%.4f weight_scale_wanted=%.4f sample_every=%u current_sample_every=%u max_sample_every=%u rate_lowered=%s "
            "windows=%llu hook_on_share=%.5f allocations=%llu skipped_own=%llu variance=%s\n"
            "label_sets=%llu max_label_sets=%u label_sets_overflowed=%llu label_sets_dropped=%llu label_threads=%s\n"
-           "share_auto=%s current_share=%g min_share=%g share_changes=%llu hook_cost_full_share=%.4f fpc_share=%g\n"
+           "share_auto=%s current_share=%g min_share=%g share_changes=%llu share_changes_waited=%llu hook_cost_full_share=%.4f fpc_share=%g\n"
            "stretches=%u stretch_scale_min=%.4f stretch_scale_max=%.4f open_stretch_scale=%.4f\n"
            "alloc_space: sizes measured at the first GC or profile after allocation; inuse_space: when this profile was taken\n"
            "run_id=%ld-%llu gc_count=%u\n"
@@ -76,7 +76,8 @@ static char *profile_comments(uint32_t min_age, const hs_snapshot *snapshot) {
            (unsigned long long)cs.hook.skipped_own, snapshot->has_groups ? "groups" : "labels",
            (unsigned long long)ls.sets, ls.max_sets, (unsigned long long)ls.overflowed, (unsigned long long)ls.dropped,
            c->label_threads ? "true" : "false",
-           cs.share_auto ? "true" : "false", cs.share, cs.min_share, (unsigned long long)cs.share_changes, cs.hook_cost_share,
+           cs.share_auto ? "true" : "false", cs.share, cs.min_share, (unsigned long long)cs.share_changes,
+           (unsigned long long)cs.share_changes_waited, cs.hook_cost_share,
            cs.share_auto ? 0.0 : cs.share, cs.stretches, cs.stretch_scale_min, cs.stretch_scale_max, cs.open_stretch_scale, (long)getpid(), (unsigned long long)started_at_nanos, snapshot->gc_count,
            c->exact_threads ? "true" : "false", (unsigned long long)cs.hook.exact_tracked, (unsigned long long)cs.hook.skipped_exact);
   if (snapshot->has_groups && used > 0 && (size_t)used < size) {

@@ -22,6 +22,8 @@ void plan_start(sampling_plan *p, const plan_config *config, uint64_t now, uint6
   p->work_share = 0.0;
   p->min_share = p->chain.share;
   p->hook_cost_share = 0.0;
+  p->share_changes_waited = 0;
+  p->stretch_close_owed = false;
   p->hook_allocations = p->uncharged_allocations = 0;
   p->last_charged_nanos = now;
   p->started_allocations = vm_allocations;
@@ -237,8 +239,15 @@ static double meant_allocations(const sampling_plan *p, uint64_t vm) {
   return p->meant_allocations + p->chain.share * (double)since;
 }
 
+static bool stretch_closable(const sampling_plan *p, uint64_t virtual_now, bool lowering);
+
 // The budget's share from the density since the last check. Only the past decides it: the share in
 // force until now is accounted for, then the chain changes at this moment (schedule_set_share).
+// A stretch holds one share: a change waits until the open stretch can close at this check, and then
+// makes it close (plan_close_stretch), so each share's samples are scaled by its own windows' losses
+// (the hook sees a different part of its windows at different shares). Lowering, which the budget may
+// need soon, waits only for the stretch's windows, not its length. Once PLAN_MAX_STRETCHES have closed
+// the share moves freely and the last stretch holds them all.
 static bool choose_share(sampling_plan *p, uint64_t virtual_now, uint64_t vm) {
   uint64_t elapsed = virtual_now > p->checked_virtual ? virtual_now - p->checked_virtual : 0;
   uint64_t allocations = vm > p->checked_allocations ? vm - p->checked_allocations : 0;
@@ -259,8 +268,14 @@ static bool choose_share(sampling_plan *p, uint64_t virtual_now, uint64_t vm) {
   double share = p->chain.share, wanted = plan_budget_share(p, density, p->work_share);
   if (wanted > share / 1.25 && wanted < share * 1.25) return false;
   if (wanted > 2.0 * share) wanted = 2.0 * share;
+  bool stretches_left = p->stretch_count < PLAN_MAX_STRETCHES;
+  if (stretches_left && !stretch_closable(p, virtual_now, wanted < share)) {
+    p->share_changes_waited++;
+    return false;
+  }
   double meant = meant_allocations(p, vm);
   if (!schedule_set_share(&p->chain, wanted, virtual_now)) return false;
+  p->stretch_close_owed = stretches_left;
   p->meant_allocations = meant;
   p->share_since_allocations = vm;
   if (p->chain.share < p->min_share) p->min_share = p->chain.share;
@@ -372,17 +387,28 @@ void plan_tail_scales(const sampling_plan *p, uint64_t vm, double *last, double 
   *open = bounded_scale(meant, seen);
 }
 
-bool plan_close_stretch(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations, uint32_t *last_window, double *scale) {
+// Whether the open stretch may close at virtual time now: between windows, once it has held
+// PLAN_STRETCH_MIN_WINDOWS windows in which the hook saw something, and (unless a lowered share is owed
+// a stretch of its own) once it has lasted long enough.
+static bool stretch_closable(const sampling_plan *p, uint64_t virtual_now, bool lowering) {
   if (!p->windowed || p->window_open || p->stretch_count >= PLAN_MAX_STRETCHES) return false;
   if (stretch_windows(p) < PLAN_STRETCH_MIN_WINDOWS) return false;
+  if (p->hook_allocations == p->stretch_hook_start) return false; // nothing seen: nothing to scale
+  if (lowering) return true;
   uint64_t age = virtual_now > p->started_virtual ? virtual_now - p->started_virtual : 0;
   uint64_t length = virtual_now > p->stretch_started_virtual ? virtual_now - p->stretch_started_virtual : 0;
   uint64_t min_length = age / PLAN_STRETCH_AGE_DIVISOR;
-  if (length < (min_length > PLAN_STRETCH_MIN_NANOS ? min_length : PLAN_STRETCH_MIN_NANOS)) return false;
+  return length >= (min_length > PLAN_STRETCH_MIN_NANOS ? min_length : PLAN_STRETCH_MIN_NANOS);
+}
+
+bool plan_close_stretch(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations, uint32_t *last_window, double *scale) {
+  // A share that changed at this check (choose_share) found the stretch closable, lowering or not.
+  bool owed = p->stretch_close_owed;
+  p->stretch_close_owed = false;
+  if (!stretch_closable(p, virtual_now, owed)) return false;
   uint64_t vm = plan_vm_allocations(p, vm_allocations);
   double meant = meant_allocations(p, vm);
   uint64_t seen = p->hook_allocations - p->stretch_hook_start; // no window is open: every one counted
-  if (seen == 0) return false;
   double stretch_meant = meant - p->stretch_meant_start;
   *scale = bounded_scale(stretch_meant, (double)seen);
   *last_window = p->window;

@@ -49,11 +49,12 @@
 #define PLAN_MAX_STRATA 72 // 64 named by the caller, 8 for automatic focus (lib/heapscope/auto_focus.rb)
 
 // The budget's window share (window_share 0 with a budget: plan_update_density): the bounds it moves
-// within (a run starts at PLAN_DEFAULT_SHARE). Not above 0.15: up to there windows keep their 100 us mean
+// within (a run starts at PLAN_DEFAULT_SHARE). It changes only where a stretch closes (below), so each
+// stretch holds one share and its own scale. Not above 0.15: up to there windows keep their 100 us mean
 // (schedule.h, SCHEDULE_MIN_MEAN_OFF_NANOS), so the share of its windows the hook really sees (the
-// ticker wakes late) is about the same at every share, and one weight scale serves a stretch of the run
-// (below) whose share moved (longer windows at higher shares were seen far more fully: samples from
-// before a change would then be weighted by the later windows' losses). Not below 1 / 200: a window then opens every 20 ms,
+// ticker wakes late) is about the same at every share (longer windows at higher shares were seen far
+// more fully), and the young stretch a change begins, scaled with the last one until it has grown, is
+// not scaled by windows unlike its own. Not below 1 / 200: a window then opens every 20 ms,
 // still a few hundred clusters in a run of a few seconds.
 #define PLAN_AUTO_SHARE_MAX 0.15
 #define PLAN_AUTO_SHARE_MIN 0.005
@@ -152,6 +153,8 @@ typedef struct {
   double work_share;              // heapscope's own work but the hook's, over the last check's period
   double min_share;               // the lowest share in force since start
   double hook_cost_share;         // the last measured hook cost at full share (allocations x cost / time)
+  uint64_t share_changes_waited;  // density checks at which a change waited for the stretch to close
+  bool stretch_close_owed;        // the share changed at this check: the stretch closes with it
   // Stretches (plan_close_stretch): where the open one began, and what the closed ones add up to.
   uint32_t stretch_count;          // closed this run
   uint32_t stretch_first_window;   // the open stretch's first window number
@@ -236,7 +239,10 @@ bool plan_density_due(const sampling_plan *p, uint64_t virtual_now);
 // on (schedule_window_every). With the budget's share, the density of allocations since the last check
 // (times the hook's measured cost) first sets the share: PLAN_AUTO_SHARE_AIM of (max_overhead less what
 // heapscope's own work took) over what the hook would cost on all the time, within the bounds, moved
-// only by a quarter or more, up at most 2x a check. A changed rate draws the countdowns anew.
+// only by a quarter or more, up at most 2x a check, and only where the open stretch closes at this
+// check (plan_close_stretch, called next, closes it): up, once it is due; down, once it has held
+// PLAN_STRETCH_MIN_WINDOWS windows. A change that waits is counted (share_changes_waited). A changed
+// rate draws the countdowns anew.
 void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations);
 // What the chain's share would be now for this density of allocations (allocations per virtual
 // nanosecond) and share of time heapscope's own work took (sampling, sync jobs: not the hook), before

@@ -317,6 +317,16 @@ static void test_reseed_changes_the_draws(void) {
 // measured density of allocations times the hook's cost at the density checks (down at once, up at most
 // 2x a check), redraws the countdown at the new share's weight, and the weight scale counts each share
 // for the allocations it held.
+// Opens and closes n windows from virtual time t on (0.4 ms apart), the hook seeing `each` allocations
+// in every one.
+static void fill_stretch(sampling_plan *p, uint64_t t, uint32_t n, uint64_t each) {
+  for (uint32_t i = 0; i < n; i++, t += 4 * MS / 10) {
+    plan_open_window(p, t);
+    allocate(p, each, NULL);
+    plan_close_window(p, t + MS / 10);
+  }
+}
+
 static void test_the_budget_sets_the_share(void) {
   sampling_plan p;
   memset(&p, 0, sizeof p);
@@ -329,11 +339,14 @@ static void test_the_budget_sets_the_share(void) {
   CHECK(!plan_density_due(&p, 49 * MS)); // checks at 50 ms, then every 0.5 s
   CHECK(plan_density_due(&p, 50 * MS));
   // 1,000,000 allocations in 50 ms (20 per us) x 50 ns: on all the time the hook would cost 100%, so
-  // 1% buys a share of 0.008 (the hook aims at 0.8 of the budget). The hook saw its 4% of them.
-  plan_open_window(&p, 0);
-  allocate(&p, 40000, NULL);
-  plan_close_window(&p, 50 * MS);
+  // 1% buys a share of 0.008 (the hook aims at 0.8 of the budget). The hook saw its 4% of them, in a
+  // stretch's worth of windows (a share changes only as its stretch closes: test_a_stretch_holds_one_share).
+  fill_stretch(&p, 0, PLAN_STRETCH_MIN_WINDOWS, 40000 / PLAN_STRETCH_MIN_WINDOWS);
+  uint32_t last = 0;
+  double scale = 0.0;
   plan_update_density(&p, 50 * MS, 1000000);
+  CHECK(plan_close_stretch(&p, 50 * MS, 1000000, &last, &scale)); // lowering: it need not last 0.5 s
+  CHECK(fabs(scale - 1.0) < 1e-12); // scaled at the share its windows were drawn at
   CHECK(fabs(p.hook_cost_share - 1.0) < 1e-9);
   CHECK(fabs(p.chain.share - 0.008) < 1e-12);
   CHECK_EQ_U64(p.chain.window_every, 8);
@@ -352,17 +365,26 @@ static void test_the_budget_sets_the_share(void) {
   // Had the hook seen half of what the second share meant, every value would be scaled by 56/48.
   CHECK(fabs(plan_weight_scale_wanted(&p, 3000000) - 56000.0 / 48000.0) < 1e-9);
   // Then the program nearly stops allocating: the share goes up, at most 2x a check, to its top.
+  fill_stretch(&p, 100 * MS, PLAN_STRETCH_MIN_WINDOWS, 1);
   plan_update_density(&p, 550 * MS, 2000100);
   CHECK(fabs(p.chain.share - 0.016) < 1e-12);
+  CHECK(plan_close_stretch(&p, 550 * MS, 2000100, &last, &scale));
+  fill_stretch(&p, 600 * MS, PLAN_STRETCH_MIN_WINDOWS, 1);
   plan_update_density(&p, 1050 * MS, 2000200);
   CHECK(fabs(p.chain.share - 0.032) < 1e-12);
+  CHECK(plan_close_stretch(&p, 1050 * MS, 2000200, &last, &scale));
   CHECK_EQ_U64(p.chain.share_changes, 3);
+  CHECK_EQ_U64(p.stretch_count, 3);
+  CHECK_EQ_U64(p.share_changes_waited, 0);
   // A change under a quarter is left alone: 5,400,000 allocations in 0.5 s (10.8 per us) buy 0.0148,
   // then 0.0136 is too close to move to.
+  fill_stretch(&p, 1100 * MS, PLAN_STRETCH_MIN_WINDOWS, 1);
   plan_update_density(&p, 1550 * MS, 2000200 + 5400000);
   CHECK(fabs(p.chain.share - 0.015) < 1e-12); // 0.0148 rounded to a whole in-window rate (15)
+  CHECK(plan_close_stretch(&p, 1550 * MS, 2000200 + 5400000, &last, &scale));
   plan_update_density(&p, 2050 * MS, 2000200 + 5400000 + 5880000);
   CHECK(fabs(p.chain.share - 0.015) < 1e-12);
+  CHECK_EQ_U64(p.share_changes_waited, 0); // too close to move is not a change that waited
   // Heapscope's own work takes from the budget first; the hook keeps at least a quarter of it.
   CHECK(plan_budget_share(&p, 0.0, 0.0) == PLAN_AUTO_SHARE_MAX);
   CHECK(plan_budget_share(&p, 1.0, 0.0) == PLAN_AUTO_SHARE_MIN);
@@ -458,6 +480,66 @@ static void test_stretches_scale_each_part_of_the_run(void) {
   CHECK(last_scale == 1.0 && open_scale == 1.0);
 }
 
+// The budget's share changes only where the open stretch closes with it, so every stretch holds one
+// share and its samples are scaled by its own windows' losses: a change waits while a window is open,
+// while the stretch has held too few windows, and (going up) until it has lasted long enough; going
+// down waits for the windows only. Once no stretch is left to close, the share moves freely.
+static void test_a_stretch_holds_one_share(void) {
+  sampling_plan p;
+  memset(&p, 0, sizeof p);
+  plan_set_hook_cost(&p, 50.0);
+  plan_config c = {.sample_every = 1000, .max_overhead = 0.01, .windowed = true, .window_share = 0.0};
+  plan_start(&p, &c, 0, 0, 5);
+  uint32_t last = 0;
+  double scale = 0.0;
+  // Dense (the budget wants 0.008), but the stretch has held one window: the change waits.
+  fill_stretch(&p, 0, 1, 400);
+  plan_update_density(&p, 50 * MS, 1000000);
+  CHECK(p.chain.share == PLAN_DEFAULT_SHARE);
+  CHECK_EQ_U64(p.share_changes_waited, 1);
+  CHECK(!plan_close_stretch(&p, 50 * MS, 1000000, &last, &scale));
+  // Enough windows, but one is open at the check: it waits again.
+  fill_stretch(&p, MS, PLAN_STRETCH_MIN_WINDOWS, 4000);
+  plan_open_window(&p, 100 * MS);
+  plan_update_density(&p, 550 * MS, 11000000);
+  CHECK(p.chain.share == PLAN_DEFAULT_SHARE);
+  CHECK_EQ_U64(p.share_changes_waited, 2);
+  CHECK(!plan_close_stretch(&p, 550 * MS, 11000000, &last, &scale));
+  plan_close_window(&p, 101 * MS);
+  // Between windows, going down: the share changes and the stretch closes with it, at 0.6 s of a run
+  // whose stretches otherwise last 0.5 s or more; its scale is the old share's ratio alone.
+  plan_update_density(&p, 1050 * MS, 21000000);
+  CHECK(fabs(p.chain.share - 0.008) < 1e-12);
+  uint64_t seen = p.hook_allocations;
+  CHECK(plan_close_stretch(&p, 1050 * MS, 21000000, &last, &scale));
+  CHECK(fabs(scale - 0.04 * 21000000.0 / (double)seen) < 1e-9);
+  CHECK_EQ_U64(p.stretch_count, 1);
+  // Going up waits for the stretch's length too: 100 windows in 0.2 s are not enough.
+  fill_stretch(&p, 1100 * MS, PLAN_STRETCH_MIN_WINDOWS, 10);
+  plan_update_density(&p, 1300 * MS, 21000000 + 100);
+  CHECK(fabs(p.chain.share - 0.008) < 1e-12);
+  CHECK_EQ_U64(p.share_changes_waited, 3);
+  CHECK(!plan_close_stretch(&p, 1300 * MS, 21000000 + 100, &last, &scale));
+  plan_update_density(&p, 1550 * MS, 21000000 + 200);
+  CHECK(fabs(p.chain.share - 0.016) < 1e-12);
+  CHECK(plan_close_stretch(&p, 1550 * MS, 21000000 + 200, &last, &scale));
+  CHECK_EQ_U64(p.stretch_count, 2);
+  // A stretch due closes whether or not the share moves (plan_close_stretch's own rule).
+  fill_stretch(&p, 1600 * MS, PLAN_STRETCH_MIN_WINDOWS, 10);
+  const uint64_t vm = 21000000 + 200 + 5000000; // 10 per us x 50 ns: 0.016 is what it buys
+  plan_update_density(&p, 2050 * MS, vm);
+  CHECK(fabs(p.chain.share - 0.016) < 1e-12);
+  CHECK(plan_close_stretch(&p, 2050 * MS, vm, &last, &scale));
+  // No stretch left to close: the share moves at once, window open or not.
+  p.stretch_count = PLAN_MAX_STRETCHES;
+  uint64_t waited = p.share_changes_waited;
+  plan_open_window(&p, 2100 * MS);
+  plan_update_density(&p, 2550 * MS, vm + 100);
+  CHECK(fabs(p.chain.share - 0.032) < 1e-12);
+  CHECK_EQ_U64(p.share_changes_waited, waited);
+  CHECK(!plan_close_stretch(&p, 2550 * MS, vm + 100, &last, &scale));
+}
+
 int main(void) {
   test_always_weighs_sample_every_and_clusters_each_sample();
   test_sample_every_one_samples_everything();
@@ -474,5 +556,6 @@ int main(void) {
   test_stratum_rate_changes_keep_the_count();
   test_the_budget_sets_the_share();
   test_stretches_scale_each_part_of_the_run();
+  test_a_stretch_holds_one_share();
   return check_report("test_sampling_plan");
 }
