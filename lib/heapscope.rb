@@ -48,7 +48,8 @@ module Heapscope
     max_stacks: 100_000,
     max_overhead: 0.01, # off (nil) when sample_every is given and max_overhead is not: see start
     sampling: nil, # :windowed, or :always; nil: :windowed unless sample_every is 1 (see docs/configuration.md)
-    window_share: 0.04, # windowed: the share of time the hook is on; :budget: the overhead budget sets it (3.3+)
+    window_share: :budget, # windowed: the share of time the hook is on; :budget: the overhead budget sets it
+                           # from how densely the program allocates (0.04 without a budget or a ticker)
     label_threads: false, # every sample also labelled thread=<its native thread's name> (labels.rb)
     max_label_sets: 1000, # distinct label sets per process; past it new sets become "(other)"
     show_contents: false, # the operator's consent to show data (Hash keys, String bytes: retainers, examples) to any reader

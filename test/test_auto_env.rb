@@ -190,7 +190,7 @@ class TestAutoEnv < Minitest::Test
     script = "p Heapscope.config.values_at(:sampling, :window_share); p Heapscope.stats.values_at(:sampling, :window_share)"
     assert_autostart_prints(script,
                             { "HEAPSCOPE_SAMPLING" => "always", "HEAPSCOPE_WINDOW_SHARE" => "0.25" } => "[:always, 0.25]\n[:always, nil]\n",
-                            { "HEAPSCOPE_SAMPLE_EVERY" => "1" } => "[:always, 0.04]\n[:always, nil]\n")
+                            { "HEAPSCOPE_SAMPLE_EVERY" => "1" } => "[:always, :budget]\n[:always, nil]\n")
     # Windowed is the default where windows can change at interrupt checks (Ruby 3.3+), always elsewhere.
     out, err, status = capture(ruby_env("HEAPSCOPE_WINDOW_SHARE" => "0.25"),
                                "p Heapscope::Native::WINDOWED_SUPPORTED && Heapscope::Native::WINDOWED_TICKER; #{script}")

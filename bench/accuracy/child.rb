@@ -20,6 +20,11 @@ def measure(kase, mode, plan, profile_path)
   t0 = Accuracy.now
   kase.setup
   options = { sample_every: plan["sample_every"] }
+  # An explicit sample_every turns the overhead budget off ("exact means exact"), so the default mode is
+  # given heapscope's default budget back: it is what sets the window share (window_share: :budget) and
+  # may lower the rate, as in a user's Heapscope.start. :always stays at its fixed rate, a baseline no
+  # budget thins. --max-overhead gives both modes its value.
+  options[:max_overhead] = Heapscope::START_DEFAULTS[:max_overhead] if mode == "default"
   options[:sampling] = :always if mode == "always"
   options[:window_share] = plan["window_share"] == "budget" ? :budget : plan["window_share"] if plan["window_share"] && mode != "always"
   options[:max_overhead] = plan["max_overhead"] == "off" ? nil : plan["max_overhead"] if plan["max_overhead"]

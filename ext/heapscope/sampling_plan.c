@@ -23,6 +23,7 @@ void plan_start(sampling_plan *p, const plan_config *config, uint64_t now, uint6
   p->min_share = p->chain.share;
   p->hook_cost_share = 0.0;
   p->share_changes_waited = 0;
+  p->share_hold_until = virtual_now + PLAN_SHARE_HOLD_NANOS;
   p->stretch_close_owed = false;
   p->hook_allocations = p->uncharged_allocations = 0;
   p->last_charged_nanos = now;
@@ -269,7 +270,8 @@ static bool choose_share(sampling_plan *p, uint64_t virtual_now, uint64_t vm) {
   if (wanted > share / 1.25 && wanted < share * 1.25) return false;
   if (wanted > 2.0 * share) wanted = 2.0 * share;
   bool stretches_left = p->stretch_count < PLAN_MAX_STRETCHES;
-  if (stretches_left && !stretch_closable(p, virtual_now, wanted < share)) {
+  bool held = virtual_now < p->share_hold_until;
+  if (held || (stretches_left && !stretch_closable(p, virtual_now, wanted < share))) {
     p->share_changes_waited++;
     return false;
   }

@@ -335,6 +335,7 @@ static void test_the_budget_sets_the_share(void) {
   plan_start(&p, &c, 0, 0, 5);
   CHECK(p.auto_share);
   CHECK(p.chain.share == PLAN_DEFAULT_SHARE);
+  p.share_hold_until = 0; // (the first second's hold: test_a_stretch_holds_one_share)
   CHECK_EQ_U64(p.chain.window_every, 40);
   CHECK(!plan_density_due(&p, 49 * MS)); // checks at 50 ms, then every 0.5 s
   CHECK(plan_density_due(&p, 50 * MS));
@@ -481,7 +482,8 @@ static void test_stretches_scale_each_part_of_the_run(void) {
 }
 
 // The budget's share changes only where the open stretch closes with it, so every stretch holds one
-// share and its samples are scaled by its own windows' losses: a change waits while a window is open,
+// share and its samples are scaled by its own windows' losses: a change waits in the run's first second
+// (PLAN_SHARE_HOLD_NANOS), while a window is open,
 // while the stretch has held too few windows, and (going up) until it has lasted long enough; going
 // down waits for the windows only. Once no stretch is left to close, the share moves freely.
 static void test_a_stretch_holds_one_share(void) {
@@ -492,52 +494,58 @@ static void test_a_stretch_holds_one_share(void) {
   plan_start(&p, &c, 0, 0, 5);
   uint32_t last = 0;
   double scale = 0.0;
-  // Dense (the budget wants 0.008), but the stretch has held one window: the change waits.
+  // Dense (the budget wants 0.008), but it is the run's first second, and the stretch has held one
+  // window: the change waits.
   fill_stretch(&p, 0, 1, 400);
   plan_update_density(&p, 50 * MS, 1000000);
   CHECK(p.chain.share == PLAN_DEFAULT_SHARE);
   CHECK_EQ_U64(p.share_changes_waited, 1);
   CHECK(!plan_close_stretch(&p, 50 * MS, 1000000, &last, &scale));
-  // Enough windows, but one is open at the check: it waits again.
+  // Enough windows and no window open, but still the first second: it waits.
   fill_stretch(&p, MS, PLAN_STRETCH_MIN_WINDOWS, 4000);
-  plan_open_window(&p, 100 * MS);
-  plan_update_density(&p, 550 * MS, 11000000);
+  plan_update_density(&p, 300 * MS, 6000000);
   CHECK(p.chain.share == PLAN_DEFAULT_SHARE);
   CHECK_EQ_U64(p.share_changes_waited, 2);
-  CHECK(!plan_close_stretch(&p, 550 * MS, 11000000, &last, &scale));
-  plan_close_window(&p, 101 * MS);
-  // Between windows, going down: the share changes and the stretch closes with it, at 0.6 s of a run
-  // whose stretches otherwise last 0.5 s or more; its scale is the old share's ratio alone.
+  CHECK(!plan_close_stretch(&p, 300 * MS, 6000000, &last, &scale)); // (the stretch's own rule: 0.5 s)
+  // Past it, one window is open at the check: it waits again.
+  plan_open_window(&p, 100 * MS);
   plan_update_density(&p, 1050 * MS, 21000000);
+  CHECK(p.chain.share == PLAN_DEFAULT_SHARE);
+  CHECK_EQ_U64(p.share_changes_waited, 3);
+  CHECK(!plan_close_stretch(&p, 1050 * MS, 21000000, &last, &scale));
+  plan_close_window(&p, 101 * MS);
+  // Between windows, going down: the share changes and the stretch closes with it; its scale is the
+  // old share's ratio alone.
+  plan_update_density(&p, 1550 * MS, 31000000);
   CHECK(fabs(p.chain.share - 0.008) < 1e-12);
   uint64_t seen = p.hook_allocations;
-  CHECK(plan_close_stretch(&p, 1050 * MS, 21000000, &last, &scale));
-  CHECK(fabs(scale - 0.04 * 21000000.0 / (double)seen) < 1e-9);
+  CHECK(plan_close_stretch(&p, 1550 * MS, 31000000, &last, &scale));
+  CHECK(fabs(scale - 0.04 * 31000000.0 / (double)seen) < 1e-9);
   CHECK_EQ_U64(p.stretch_count, 1);
-  // Going up waits for the stretch's length too: 100 windows in 0.2 s are not enough.
-  fill_stretch(&p, 1100 * MS, PLAN_STRETCH_MIN_WINDOWS, 10);
-  plan_update_density(&p, 1300 * MS, 21000000 + 100);
+  // Going up waits for the stretch's length too: 100 windows in 0.25 s are not enough.
+  fill_stretch(&p, 1600 * MS, PLAN_STRETCH_MIN_WINDOWS, 10);
+  plan_update_density(&p, 1800 * MS, 31000000 + 100);
   CHECK(fabs(p.chain.share - 0.008) < 1e-12);
-  CHECK_EQ_U64(p.share_changes_waited, 3);
-  CHECK(!plan_close_stretch(&p, 1300 * MS, 21000000 + 100, &last, &scale));
-  plan_update_density(&p, 1550 * MS, 21000000 + 200);
+  CHECK_EQ_U64(p.share_changes_waited, 4);
+  CHECK(!plan_close_stretch(&p, 1800 * MS, 31000000 + 100, &last, &scale));
+  plan_update_density(&p, 2050 * MS, 31000000 + 200);
   CHECK(fabs(p.chain.share - 0.016) < 1e-12);
-  CHECK(plan_close_stretch(&p, 1550 * MS, 21000000 + 200, &last, &scale));
+  CHECK(plan_close_stretch(&p, 2050 * MS, 31000000 + 200, &last, &scale));
   CHECK_EQ_U64(p.stretch_count, 2);
   // A stretch due closes whether or not the share moves (plan_close_stretch's own rule).
-  fill_stretch(&p, 1600 * MS, PLAN_STRETCH_MIN_WINDOWS, 10);
-  const uint64_t vm = 21000000 + 200 + 5000000; // 10 per us x 50 ns: 0.016 is what it buys
-  plan_update_density(&p, 2050 * MS, vm);
+  fill_stretch(&p, 2100 * MS, PLAN_STRETCH_MIN_WINDOWS, 10);
+  const uint64_t vm = 31000000 + 200 + 5000000; // 10 per us x 50 ns: 0.016 is what it buys
+  plan_update_density(&p, 2550 * MS, vm);
   CHECK(fabs(p.chain.share - 0.016) < 1e-12);
-  CHECK(plan_close_stretch(&p, 2050 * MS, vm, &last, &scale));
+  CHECK(plan_close_stretch(&p, 2550 * MS, vm, &last, &scale));
   // No stretch left to close: the share moves at once, window open or not.
   p.stretch_count = PLAN_MAX_STRETCHES;
   uint64_t waited = p.share_changes_waited;
-  plan_open_window(&p, 2100 * MS);
-  plan_update_density(&p, 2550 * MS, vm + 100);
+  plan_open_window(&p, 2600 * MS);
+  plan_update_density(&p, 3050 * MS, vm + 100);
   CHECK(fabs(p.chain.share - 0.032) < 1e-12);
   CHECK_EQ_U64(p.share_changes_waited, waited);
-  CHECK(!plan_close_stretch(&p, 2550 * MS, vm + 100, &last, &scale));
+  CHECK(!plan_close_stretch(&p, 3050 * MS, vm + 100, &last, &scale));
 }
 
 int main(void) {
