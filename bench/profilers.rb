@@ -87,11 +87,11 @@ module Bench
                                 },
                                 finish: heapscope_finish
     define :heapscope_budget, gem: "heapscope",
-                              note: "Heapscope.start(window_share: :budget): the default with the share the overhead budget sets",
+                              note: "Heapscope.start(window_share: :budget): the same as heapscope_default since 2026-12-07 (kept so older tables compare)",
                               start: ->(_ctx) { require "heapscope"; Heapscope.start(window_share: :budget) },
                               finish: heapscope_finish
     define :heapscope_default, gem: "heapscope",
-                               note: "Heapscope.start with no options (windowed sampling, sample_every 1000, the adaptive overhead budget)",
+                               note: "Heapscope.start with no options (windowed sampling, sample_every 1000, the adaptive overhead budget, which also sets the window share)",
                                start: ->(_ctx) { require "heapscope"; Heapscope.start },
                                finish: heapscope_finish
 
