@@ -64,7 +64,7 @@ typedef struct {
   double min_share;           // windowed: the lowest share since start
   bool share_auto;            // windowed: the budget sets the share (sampling_plan.h)
   uint64_t share_changes;     // how often it did
-  uint64_t share_changes_waited; // density checks at which a change waited for its stretch to close
+  uint64_t share_changes_waited; // density checks at which a change waited (its stretch, the first second)
   double hook_cost_share;     // the hook's cost at full share at the last density check (a fraction of time)
   uint32_t stretches;         // windowed: stretches closed this run, each with its own weight scale
   double stretch_scale_min, stretch_scale_max; // over them (0 when none)

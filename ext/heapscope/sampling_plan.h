@@ -247,10 +247,9 @@ bool plan_density_due(const sampling_plan *p, uint64_t virtual_now);
 // (times the hook's measured cost) first sets the share: PLAN_AUTO_SHARE_AIM of (max_overhead less what
 // heapscope's own work took) over what the hook would cost on all the time, within the bounds, moved
 // only by a quarter or more, up at most 2x a check, not in the run's first PLAN_SHARE_HOLD_NANOS, and
-// only where the open stretch closes at this
-// check (plan_close_stretch, called next, closes it): up, once it is due; down, once it has held
-// PLAN_STRETCH_MIN_WINDOWS windows. A change that waits is counted (share_changes_waited). A changed
-// rate draws the countdowns anew.
+// only where the open stretch closes at this check (plan_close_stretch, called next, closes it): up,
+// once it is due; down, once it has held PLAN_STRETCH_MIN_WINDOWS windows. A change that waits is
+// counted (share_changes_waited). A changed rate draws the countdowns anew.
 void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations);
 // What the chain's share would be now for this density of allocations (allocations per virtual
 // nanosecond) and share of time heapscope's own work took (sampling, sync jobs: not the hook), before

@@ -313,26 +313,35 @@ static void test_reseed_changes_the_draws(void) {
   CHECK_EQ_U64(b.sampler.sample_every, a.sampler.sample_every);
 }
 
-// The budget's share (window_share 0 with a budget): starts at the default share, follows the
-// measured density of allocations times the hook's cost at the density checks (down at once, up at most
-// 2x a check), redraws the countdown at the new share's weight, and the weight scale counts each share
-// for the allocations it held.
-// Opens and closes n windows from virtual time t on (0.4 ms apart), the hook seeing `each` allocations
-// in every one.
-static void fill_stretch(sampling_plan *p, uint64_t t, uint32_t n, uint64_t each) {
-  for (uint32_t i = 0; i < n; i++, t += 4 * MS / 10) {
+// Opens and closes n windows from virtual time t on, `gap` apart and 0.1 ms long each, the hook seeing
+// `each` allocations in every one. Returns the time after them.
+static uint64_t windows_apart(sampling_plan *p, uint32_t n, uint64_t each, uint64_t t, uint64_t gap) {
+  for (uint32_t i = 0; i < n; i++, t += gap) {
     plan_open_window(p, t);
     allocate(p, each, NULL);
     plan_close_window(p, t + MS / 10);
   }
+  return t;
 }
 
+// A stretch's worth of windows in a short time: 0.4 ms apart.
+static void fill_stretch(sampling_plan *p, uint64_t t, uint32_t n, uint64_t each) { windows_apart(p, n, each, t, 4 * MS / 10); }
+
+// A windowed run whose share the 1% budget sets, with an enabled hook costing 50 ns an allocation.
+static void start_budget(sampling_plan *p) {
+  memset(p, 0, sizeof *p);
+  plan_set_hook_cost(p, 50.0);
+  plan_config c = {.sample_every = 1000, .max_overhead = 0.01, .windowed = true, .window_share = 0.0};
+  plan_start(p, &c, 0, 0, 5);
+}
+
+// The budget's share (window_share 0 with a budget): starts at the default share, follows the
+// measured density of allocations times the hook's cost at the density checks (down as soon as a
+// stretch can close with it, up at most 2x a check), redraws the countdown at the new share's weight,
+// and the weight scale counts each share for the allocations it held.
 static void test_the_budget_sets_the_share(void) {
   sampling_plan p;
-  memset(&p, 0, sizeof p);
-  plan_set_hook_cost(&p, 50.0);
-  plan_config c = {.sample_every = 1000, .max_overhead = 0.01, .windowed = true, .window_share = 0.0};
-  plan_start(&p, &c, 0, 0, 5);
+  start_budget(&p);
   CHECK(p.auto_share);
   CHECK(p.chain.share == PLAN_DEFAULT_SHARE);
   p.share_hold_until = 0; // (the first second's hold: test_a_stretch_holds_one_share)
@@ -403,16 +412,8 @@ static void test_the_budget_sets_the_share(void) {
   CHECK(fabs(p.chain.share - PLAN_DEFAULT_SHARE) < 1e-12);
 }
 
-// Opens and closes n windows from virtual time t on (1 ms apart), the hook seeing `each` allocations in
-// every one. Returns the time after them.
-static uint64_t windows_seeing(sampling_plan *p, uint32_t n, uint64_t each, uint64_t t) {
-  for (uint32_t i = 0; i < n; i++, t += MS) {
-    plan_open_window(p, t);
-    allocate(p, each, NULL);
-    plan_close_window(p, t + MS / 10);
-  }
-  return t;
-}
+// windows_apart, 1 ms apart.
+static uint64_t windows_seeing(sampling_plan *p, uint32_t n, uint64_t each, uint64_t t) { return windows_apart(p, n, each, t, MS); }
 
 // A stretch closes at a density check between windows, once it has held enough windows and lasted long
 // enough; its scale is its own meant over seen allocations (bounded), and the run's scale is each
@@ -488,10 +489,7 @@ static void test_stretches_scale_each_part_of_the_run(void) {
 // down waits for the windows only. Once no stretch is left to close, the share moves freely.
 static void test_a_stretch_holds_one_share(void) {
   sampling_plan p;
-  memset(&p, 0, sizeof p);
-  plan_set_hook_cost(&p, 50.0);
-  plan_config c = {.sample_every = 1000, .max_overhead = 0.01, .windowed = true, .window_share = 0.0};
-  plan_start(&p, &c, 0, 0, 5);
+  start_budget(&p);
   uint32_t last = 0;
   double scale = 0.0;
   // Dense (the budget wants 0.008), but it is the run's first second, and the stretch has held one
