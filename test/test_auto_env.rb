@@ -93,7 +93,7 @@ class TestAutoEnv < Minitest::Test
     "HEAPSCOPE_CENSUS" => ["sometimes", "must be 1 or 0 (true/false, yes/no, on/off)"],
     "HEAPSCOPE_MAX_OVERHEAD" => ["1.5", "must be a number above 0 and at most 1, or off"],
     "HEAPSCOPE_SAMPLING" => ["sometimes", "must be one of windowed, always"],
-    "HEAPSCOPE_WINDOW_SHARE" => ["0", "must be a number above 0 and at most 1"],
+    "HEAPSCOPE_WINDOW_SHARE" => ["0", "must be a number above 0 and at most 1, or budget"],
     "HEAPSCOPE_INTERVAL" => ["0", "must be a number of seconds from 0.1 to 86400"],
     "HEAPSCOPE_KEEP" => ["0", "must be an integer from 1 to 1000000"],
     "HEAPSCOPE_FINAL" => ["sometimes", "must be 1 or 0 (true/false, yes/no, on/off)"],
@@ -123,10 +123,10 @@ class TestAutoEnv < Minitest::Test
       { "HEAPSCOPE_INTERVAL" => "1h" } => 'HEAPSCOPE_INTERVAL="1h" is invalid: must be a number of seconds from 0.1 to 86400',
       { "HEAPSCOPE_SAMPLING" => "Always" } => 'HEAPSCOPE_SAMPLING="Always" is invalid: must be one of windowed, always',
       { "HEAPSCOPE_SAMPLING" => ":windowed" } => 'HEAPSCOPE_SAMPLING=":windowed" is invalid: must be one of windowed, always',
-      { "HEAPSCOPE_WINDOW_SHARE" => "off" } => 'HEAPSCOPE_WINDOW_SHARE="off" is invalid: must be a number above 0 and at most 1',
-      { "HEAPSCOPE_WINDOW_SHARE" => "1.01" } => 'HEAPSCOPE_WINDOW_SHARE="1.01" is invalid: must be a number above 0 and at most 1',
-      { "HEAPSCOPE_WINDOW_SHARE" => "-0.1" } => 'HEAPSCOPE_WINDOW_SHARE="-0.1" is invalid: must be a number above 0 and at most 1',
-      { "HEAPSCOPE_WINDOW_SHARE" => "2%" } => 'HEAPSCOPE_WINDOW_SHARE="2%" is invalid: must be a number above 0 and at most 1',
+      { "HEAPSCOPE_WINDOW_SHARE" => "off" } => 'HEAPSCOPE_WINDOW_SHARE="off" is invalid: must be a number above 0 and at most 1, or budget',
+      { "HEAPSCOPE_WINDOW_SHARE" => "1.01" } => 'HEAPSCOPE_WINDOW_SHARE="1.01" is invalid: must be a number above 0 and at most 1, or budget',
+      { "HEAPSCOPE_WINDOW_SHARE" => "-0.1" } => 'HEAPSCOPE_WINDOW_SHARE="-0.1" is invalid: must be a number above 0 and at most 1, or budget',
+      { "HEAPSCOPE_WINDOW_SHARE" => "2%" } => 'HEAPSCOPE_WINDOW_SHARE="2%" is invalid: must be a number above 0 and at most 1, or budget',
       { "HEAPSCOPE_PYROSCOPE_URL" => "http://x:4040/?a=1" } =>
         'HEAPSCOPE_PYROSCOPE_URL="http://x:4040/?a=1" is invalid: must be an http:// or https:// URL without query, e.g. http://127.0.0.1:4040',
       { "HEAPSCOPE_PYROSCOPE_LABELS" => "a=b{c}" } =>

@@ -84,11 +84,11 @@ class TestCliRun < Minitest::Test
       ["run", "--sampling=always", "--sampling=windowed", "--", "ruby"] => "heapscope run: --sampling given more than once",
       ["run", "--window-share", "--", "ruby"] => "heapscope run: --window-share needs a value (--window-share FRACTION)",
       ["run", "--window-share", "0", "--", "ruby"] =>
-        'heapscope run: --window-share "0" is invalid: must be a number above 0 and at most 1',
+        'heapscope run: --window-share "0" is invalid: must be a number above 0 and at most 1, or budget',
       ["run", "--window-share=1.5", "--", "ruby"] =>
-        'heapscope run: --window-share "1.5" is invalid: must be a number above 0 and at most 1',
+        'heapscope run: --window-share "1.5" is invalid: must be a number above 0 and at most 1, or budget',
       ["run", "--window-share", "off", "--", "ruby"] =>
-        'heapscope run: --window-share "off" is invalid: must be a number above 0 and at most 1',
+        'heapscope run: --window-share "off" is invalid: must be a number above 0 and at most 1, or budget',
       ["run", "--max-overhead", "--", "ruby"] => "heapscope run: --max-overhead needs a value (--max-overhead FRACTION)",
       ["run", "--max-overhead", "0", "--", "ruby"] =>
         'heapscope run: --max-overhead "0" is invalid: must be a number above 0 and at most 1, or off',

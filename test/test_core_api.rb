@@ -223,7 +223,7 @@ class TestCoreAPI < Minitest::Test
       # The budget sets the share (from 0.04, within its bounds) where a ticker runs.
       assert_equal true, stats[:window_share_auto]
       assert_operator stats[:window_share], :>=, 0.005
-      assert_operator stats[:window_share], :<=, 0.15
+      assert_operator stats[:window_share], :<=, 0.5
       # The ticker (Ruby 3.3+) opens windows many times a second; Ruby 3.1's change at GCs only.
       assert_operator stats[:windows_opened], :>=, 1, "the ticker opens windows" if stats[:ticker_wakeups].positive?
       assert_operator stats[:hook_allocations], :<, stats[:allocations], "the hook is off between windows"

@@ -113,7 +113,7 @@ class TestCoreWindowed < Minitest::Test
       seen = stats[:window_seen_share]
       assert_operator seen, :>, 0.0, stats.inspect
       every = stats[:current_sample_every]
-      share = stats[:window_share] # the budget's (bounded: 0.005-0.15), the same since the last density check
+      share = stats[:window_share] # the budget's (bounded: 0.005-0.5), the same since the last density check
       planned = every * share
       wanted = seen >= share ? planned : [planned / 4, every * seen].max
       assert_equal wanted.round, stats[:window_sample_every], stats.inspect

@@ -50,13 +50,16 @@
 
 // The budget's window share (window_share 0 with a budget: plan_update_density): the bounds it moves
 // within (a run starts at PLAN_DEFAULT_SHARE). It changes only where a stretch closes (below), so each
-// stretch holds one share and its own scale. Not above 0.15: up to there windows keep their 100 us mean
-// (schedule.h, SCHEDULE_MIN_MEAN_OFF_NANOS), so the share of its windows the hook really sees (the
-// ticker wakes late) is about the same at every share (longer windows at higher shares were seen far
-// more fully), and the young stretch a change begins, scaled with the last one until it has grown, is
-// not scaled by windows unlike its own. Not below 1 / 200: a window then opens every 20 ms,
-// still a few hundred clusters in a run of a few seconds.
-#define PLAN_AUTO_SHARE_MAX 0.15
+// stretch holds one share and its own scale: above 1/6 windows lengthen (the gaps between them keep
+// their 500 us mean, schedule.h SCHEDULE_MIN_MEAN_OFF_NANOS), and longer windows are seen more fully
+// (the ticker wakes late by about the same time at either end), so a share's samples need their own
+// stretch's scale. Not above 1 / 2: windows are the clusters the variance is estimated over and the unit
+// a stretch counts, and at 1 / 2 they last 500 us and a thousand still open each second of allocating
+// time; nearer 1 they would last up to 50 ms and be too few to close a stretch when the budget must
+// lower the share (at 1 none would: the hook would simply stay on). What 1 / 2 costs against `:always`'s
+// spread is measured in docs/accuracy.md ("A light program"). Not below 1 / 200: a window then opens
+// every 20 ms, still a few hundred clusters in a run of a few seconds.
+#define PLAN_AUTO_SHARE_MAX 0.5
 #define PLAN_AUTO_SHARE_MIN 0.005
 // The budget's share does not move in a run's first second (virtual time): a change begins a young
 // stretch, which a profile scales together with the last one, drawn at the other share (plan_tail_scales),

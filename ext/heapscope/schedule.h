@@ -49,7 +49,7 @@
 #endif
 // The shortest mean gap between windows: the ticker's wake-ups come tens of microseconds late, and a
 // high share with 100 us gaps would lose many of its flips to them. Longer windows keep the gaps at
-// least this long; at shares up to 1/6 the 100 us window already does (the budget's share stays below).
+// least this long; at shares up to 1/6 the 100 us window already does (the budget's share goes up to 1/2).
 #ifndef SCHEDULE_MIN_MEAN_OFF_NANOS
 #define SCHEDULE_MIN_MEAN_OFF_NANOS 500000.0 // 500 us
 #endif

@@ -28,7 +28,7 @@ module Heapscope
       "--max-frames" => ["HEAPSCOPE_MAX_FRAMES", "N", "deepest stack kept, 1..3000 (default 400)"],
       "--min-age" => ["HEAPSCOPE_MIN_AGE", "GCS", "leave out objects younger than GCS collections (default 1)"],
       "--sampling" => ["HEAPSCOPE_SAMPLING", "MODE", "windowed or always (default windowed; always with --sample-every 1)"],
-      "--window-share" => ["HEAPSCOPE_WINDOW_SHARE", "FRACTION", "fraction of time the allocation hook is on when windowed, (0, 1] or budget (default budget: the overhead budget sets it, 0.005-0.15 from 0.04)"],
+      "--window-share" => ["HEAPSCOPE_WINDOW_SHARE", "FRACTION", "fraction of time the allocation hook is on when windowed, (0, 1] or budget (default budget: the overhead budget sets it, 0.005-0.5 from 0.04)"],
       "--focus" => ["HEAPSCOPE_FOCUS", "CLASS=N,...", "sample these classes at their own rate, e.g. Quote=10 (denser: narrower errors for them)"],
       "--dump-rss" => ["HEAPSCOPE_DUMP_RSS", "SIZE", "also write a profile when a process's RSS reaches SIZE (1.5G, 800M), and at each further tenth"],
       "--signal" => ["HEAPSCOPE_SIGNAL", "SIGNAL", "also write a profile each time a process receives SIGNAL (USR1, USR2 or HUP)"],

@@ -31,7 +31,7 @@ module Heapscope
       "HEAPSCOPE_MAX_OVERHEAD" => "fraction of run time the sampler may cost, above 0 and at most 1, or off (default 0.01; off when HEAPSCOPE_SAMPLE_EVERY is set)",
       "HEAPSCOPE_TRACK_SIZES" => "1 measures object sizes (inuse_space), 0 counts objects only (default 1)",
       "HEAPSCOPE_SAMPLING" => "windowed or always: when the allocation hook is on (default windowed; always when HEAPSCOPE_SAMPLE_EVERY is 1)",
-      "HEAPSCOPE_WINDOW_SHARE" => "fraction of time the allocation hook is on when windowed, above 0 and at most 1, or budget (default budget: the overhead budget sets it from how densely the program allocates, 0.005-0.15 from 0.04; 0.04 where no budget or ticker is)",
+      "HEAPSCOPE_WINDOW_SHARE" => "fraction of time the allocation hook is on when windowed, above 0 and at most 1, or budget (default budget: the overhead budget sets it from how densely the program allocates, 0.005-0.5 from 0.04; 0.04 where no budget or ticker is)",
       "HEAPSCOPE_LABEL_THREADS" => "1 labels every sample thread=<its thread's name> (default 0)",
       "HEAPSCOPE_SHOW_CONTENTS" => "1 lets reports show contents of the application's objects, such as Hash keys in retainers?keys=1 and String bytes and keys in examples (default 0: classes only)",
       "HEAPSCOPE_FOCUS" => "classes sampled at their own rate, CLASS=N,CLASS2=M (e.g. Quote=10): denser sampling and narrower errors where a decision is made; a class not defined at start is looked for at each profile (docs/configuration.md, focus)",
@@ -123,7 +123,7 @@ module Heapscope
         config[:start][:track_sizes] = sizes unless sizes.nil?
         sampling = p.one_of("HEAPSCOPE_SAMPLING", SAMPLING_MODES)
         config[:start][:sampling] = sampling.to_sym unless sampling.nil?
-        share = p.exact("HEAPSCOPE_WINDOW_SHARE")&.downcase == "budget" ? :budget : p.fraction("HEAPSCOPE_WINDOW_SHARE", off: false)
+        share = p.exact("HEAPSCOPE_WINDOW_SHARE")&.downcase == "budget" ? :budget : p.fraction("HEAPSCOPE_WINDOW_SHARE", off: false, also: "budget")
         config[:start][:window_share] = share unless share.nil? || share == :unset
         [config, p]
       end
@@ -255,14 +255,15 @@ module Heapscope
       end
 
       # A fraction in (0, 1], or nil for "off" (when off is allowed); :unset when the variable is not set.
-      def fraction(name, off: true)
+      # also: a word the caller accepts beside a number, named in the error.
+      def fraction(name, off: true, also: nil)
         text = exact(name)
         return :unset if text.nil?
         return nil if off && %w[off none].include?(text.downcase)
 
         value = Float(text) if text.match?(/\A\d*\.?\d+\z/)
         unless value&.positive? && value <= 1
-          return bad(name, numeric_reason(text, "must be a number above 0 and at most 1#{off ? ", or off" : ""}"))
+          return bad(name, numeric_reason(text, "must be a number above 0 and at most 1#{off ? ", or off" : ""}#{also && ", or #{also}"}"))
         end
 
         value

@@ -546,6 +546,38 @@ static void test_a_stretch_holds_one_share(void) {
   CHECK(!plan_close_stretch(&p, 3050 * MS, vm + 100, &last, &scale));
 }
 
+// A program that allocates little: the share doubles at each stretch that closes, up to its top of 1 / 2,
+// where windows last 500 us (the gaps between them keep their 500 us mean) and a sample still weighs
+// sample_every; when the program turns dense, the share comes down at the next check that can close a
+// stretch, in one step.
+static void test_a_light_program_gets_half_the_time(void) {
+  sampling_plan p;
+  start_budget(&p);
+  p.share_hold_until = 0;
+  uint64_t t = 0, vm = 0;
+  uint32_t last = 0;
+  double scale = 0.0;
+  const double expected[] = {0.08, 0.16, 0.32, PLAN_AUTO_SHARE_MAX, PLAN_AUTO_SHARE_MAX};
+  for (int i = 0; i < 5; i++, t += 500 * MS) {
+    // The hook sees the 100 allocations its share meant of a few thousand a second (0.01-0.03% of the time).
+    fill_stretch(&p, t + MS, PLAN_STRETCH_MIN_WINDOWS, 1);
+    vm += (uint64_t)llround(PLAN_STRETCH_MIN_WINDOWS / p.chain.share);
+    plan_update_density(&p, t + 550 * MS, vm);
+    CHECK(fabs(p.chain.share - expected[i]) < 1e-12);
+    CHECK(plan_close_stretch(&p, t + 550 * MS, vm, &last, &scale)); // due also where the share held
+    CHECK(fabs(scale - 1.0) < 1e-2);
+  }
+  CHECK(PLAN_AUTO_SHARE_MAX == 0.5);
+  CHECK_EQ_U64(p.chain.window_every, 500);
+  CHECK(p.draw_weight == 1000);
+  CHECK(p.chain.mean_on_nanos >= SCHEDULE_MIN_MEAN_OFF_NANOS);
+  // 10 million allocations in the next 0.5 s (20 per us, the hook 100% of the time): down to 0.008 at once.
+  fill_stretch(&p, t + MS, PLAN_STRETCH_MIN_WINDOWS, 1);
+  plan_update_density(&p, t + 550 * MS, vm + 10000000);
+  CHECK(fabs(p.chain.share - 0.008) < 1e-12);
+  CHECK(plan_close_stretch(&p, t + 550 * MS, vm + 10000000, &last, &scale));
+}
+
 int main(void) {
   test_always_weighs_sample_every_and_clusters_each_sample();
   test_sample_every_one_samples_everything();
@@ -563,5 +595,6 @@ int main(void) {
   test_the_budget_sets_the_share();
   test_stretches_scale_each_part_of_the_run();
   test_a_stretch_holds_one_share();
+  test_a_light_program_gets_half_the_time();
   return check_report("test_sampling_plan");
 }
