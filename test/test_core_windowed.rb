@@ -186,6 +186,23 @@ class TestCoreWindowed < Minitest::Test
     thread&.join
   end
 
+  # An idle process (Ruby 3.3+): once a sync request has gone unanswered for 5 ms the ticker stops waking
+  # at the chain's flips (about 800 a second at 0.04, each costing 2-30 us of CPU) and wakes a few dozen
+  # times in the rest of the sleep; when the program runs again, syncs come at once.
+  def test_an_idle_process_is_not_woken_at_every_flip
+    Heapscope.start(sampling: :windowed)
+    skip "windows change at GCs only on this Ruby (no ticker)" unless Heapscope::Native::WINDOWED_TICKER
+    before = Heapscope.stats
+    sleep 0.6
+    idle = Heapscope.stats
+    assert_operator idle[:ticker_idle_spells], :>=, 1, idle.inspect
+    assert_operator idle[:ticker_wakeups] - before[:ticker_wakeups], :<, 120, idle.inspect
+    assert_operator idle[:ticker_cpu_ns], :>, 0, idle.inspect
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.08
+    1_000.times { Object.new } while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+    assert_operator Heapscope.stats[:sync_jobs] - idle[:sync_jobs], :>=, 2, "sync jobs in 80 ms after the sleep: #{Heapscope.stats}"
+  end
+
   # The listener's worker threads too start through start_internal_thread (Http::WorkerPool's spawn):
   # the first request a listener serves starts one.
   def test_sync_jobs_run_right_after_the_listener_starts_a_worker

@@ -351,6 +351,8 @@ void capture_get_stats(capture_stats *stats) {
   if (cap.running) plan_tail_scales(plan, stats->vm_allocations, &last_scale, &stats->open_stretch_scale);
   stats->ticker_wakeups = ws.ticker_wakeups;
   stats->ticker_triggers = ws.ticker_triggers;
+  stats->ticker_cpu_nanos = ws.ticker_cpu_nanos;
+  stats->ticker_idle_spells = ws.ticker_idle_spells;
 }
 
 double capture_hook_on_share(const capture_stats *stats) {

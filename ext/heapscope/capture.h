@@ -58,6 +58,8 @@ typedef struct {
   uint64_t sync_latency_nanos, sync_latency_max_nanos; // windowed: from the ticker's last request to its job (sum, max)
   uint64_t ticker_failures;   // windowed: the ticker thread could not be started (windows change at GCs only)
   uint64_t ticker_wakeups, ticker_triggers; // windowed: the ticker's work
+  uint64_t ticker_cpu_nanos;                // its thread's CPU time
+  uint64_t ticker_idle_spells;              // times it stopped following flips (the program checked no interrupts)
   uint64_t schedule_flips;    // windowed: changes of the schedule's state drawn
   double share;               // windowed: the share of (virtual) time the hook is meant to be on now (1 when always)
   double mean_share;          // windowed: the allocation-weighted mean of the shares since start (plan_meant_share)

@@ -385,6 +385,8 @@ static VALUE native_stats(VALUE self) {
   set_u64(h, "sync_latency_max_ns", cs.sync_latency_max_nanos);
   set_u64(h, "ticker_wakeups", cs.ticker_wakeups);
   set_u64(h, "ticker_triggers", cs.ticker_triggers);
+  set_u64(h, "ticker_cpu_ns", cs.ticker_cpu_nanos);
+  set_u64(h, "ticker_idle_spells", cs.ticker_idle_spells);
   set_u64(h, "ticker_failures", cs.ticker_failures);
   set_u64(h, "schedule_flips", cs.schedule_flips);
   set(h, "mean_window_ns", DBL2NUM(cs.mean_window_nanos));

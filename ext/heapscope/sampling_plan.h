@@ -56,9 +56,10 @@
 // stretch's scale. Not above 1 / 2: windows are the clusters the variance is estimated over and the unit
 // a stretch counts, and at 1 / 2 they last 500 us and a thousand still open each second of allocating
 // time; nearer 1 they would last up to 50 ms and be too few to close a stretch when the budget must
-// lower the share (at 1 none would: the hook would simply stay on). What 1 / 2 costs against `:always`'s
-// spread is measured in docs/accuracy.md ("A light program"). Not below 1 / 200: a window then opens
-// every 20 ms, still a few hundred clusters in a run of a few seconds.
+// lower the share (at 1 none would: the hook would simply stay on). Above PLAN_DEFAULT_SHARE the
+// budget also pays for the ticker's wake-ups (plan_budget_share). docs/accuracy.md ("A light program")
+// has what a high share bought and cost. Not below 1 / 200: a window then opens every 20 ms, still a
+// few hundred clusters in a run of a few seconds.
 #define PLAN_AUTO_SHARE_MAX 0.5
 #define PLAN_AUTO_SHARE_MIN 0.005
 // The budget's share does not move in a run's first second (virtual time): a change begins a young
@@ -160,6 +161,9 @@ typedef struct {
   uint64_t checked_own;           // own_nanos then
   uint64_t checked_hook;          // hook_allocations then
   double work_share;              // heapscope's own work but the hook's, over the last check's period
+  uint64_t ticker_cpu_nanos;      // the ticker's CPU time, as last noted (plan_note_ticker_cpu)
+  uint64_t checked_ticker;        // ticker_cpu_nanos at the last check
+  double ticker_share;            // the ticker's CPU over the last check's period, as a share of its time
   double min_share;               // the lowest share in force since start
   double hook_cost_share;         // the last measured hook cost at full share (allocations x cost / time)
   uint64_t share_changes_waited;  // density checks at which a change waited (its stretch, or the hold)
@@ -255,9 +259,15 @@ bool plan_density_due(const sampling_plan *p, uint64_t virtual_now);
 // counted (share_changes_waited). A changed rate draws the countdowns anew.
 void plan_update_density(sampling_plan *p, uint64_t virtual_now, uint64_t vm_allocations);
 // What the chain's share would be now for this density of allocations (allocations per virtual
-// nanosecond) and share of time heapscope's own work took (sampling, sync jobs: not the hook), before
-// the bounds on change: the rule plan_update_density applies.
-double plan_budget_share(const sampling_plan *p, double allocations_per_nano, double work_share);
+// nanosecond), share of time heapscope's own work took (sampling, sync jobs: not the hook) and CPU the
+// ticker's wake-ups took per unit of share (0: not measured), before the bounds on change: the rule
+// plan_update_density applies. Above PLAN_DEFAULT_SHARE the budget also pays for the ticker's wake-ups,
+// which grow with the share (two a window): a share above the default must fit the hook and them.
+double plan_budget_share(const sampling_plan *p, double allocations_per_nano, double work_share, double ticker_per_share);
+// The ticker thread's CPU time so far (ticker_cpu_nanos), noted before each density check. It runs
+// beside the program, so it is no part of virtual time; it counts against the budget when the budget
+// would raise the share above the default (plan_budget_share).
+void plan_note_ticker_cpu(sampling_plan *p, uint64_t cpu_nanos);
 
 // ---- What the profile reads ----
 

@@ -14,6 +14,8 @@ static struct {
   bool running;
   bool stopping;     // guarded by wake_lock
   bool poked;        // guarded by wake_lock: ticker_wake asked for an early wake-up
+  uint64_t syncs;    // atomic: sync points so far (ticker_note_sync)
+  bool idle;         // atomic: the thread follows only its renewed requests (TICKER_IDLE_NANOS)
   ticker_config config;
   pthread_t thread;
   pthread_mutex_t wake_lock; // guards stopping; the condition the thread sleeps on
@@ -43,6 +45,8 @@ static void *run(void *unused) {
   const ticker_config *c = &t.config;
   bool requested = false;       // a request is out for `requested_state`
   bool requested_state = false;
+  bool unanswered = false;      // a request is out and no sync point has run since
+  uint64_t asked_syncs = 0, unanswered_since = 0;
   uint64_t next_request = 0, interval = TICKER_RETRIGGER_NANOS;
   do {
     t.stats.wakeups++;
@@ -53,14 +57,30 @@ static void *run(void *unused) {
     pthread_mutex_unlock(c->lock);
 
     uint64_t now = clock_monotonic_nanos();
+    if (unanswered && __atomic_load_n(&t.syncs, __ATOMIC_SEQ_CST) != asked_syncs) unanswered = false;
+    bool idle = unanswered && now - unanswered_since >= TICKER_IDLE_NANOS;
+    bool was_idle = __atomic_load_n(&t.idle, __ATOMIC_RELAXED);
+    __atomic_store_n(&t.idle, idle, __ATOMIC_SEQ_CST);
+    // A sync that came just before the store saw no idle ticker to wake: look again after it (with
+    // ticker_note_sync's increment-then-load, one of the two sees the other).
+    if (idle && __atomic_load_n(&t.syncs, __ATOMIC_SEQ_CST) != asked_syncs) {
+      idle = unanswered = false;
+      __atomic_store_n(&t.idle, false, __ATOMIC_SEQ_CST);
+    }
+    if (idle && !was_idle) t.stats.idle_spells++;
     // Virtual time runs no faster than monotonic time, so this sleep never passes the next event.
     uint64_t wait = next_event == UINT64_MAX ? TICKER_MAX_RETRIGGER_NANOS : next_event - now_virtual;
     if (on != c->applied()) {
-      if (!requested || requested_state != on) {
+      if (!idle && (!requested || requested_state != on)) {
         interval = TICKER_RETRIGGER_NANOS;
         next_request = now;
       }
       if (now >= next_request) {
+        if (!unanswered) {
+          unanswered = true;
+          unanswered_since = now;
+          asked_syncs = __atomic_load_n(&t.syncs, __ATOMIC_SEQ_CST);
+        }
         __atomic_store_n(&t.stats.last_trigger_nanos, clock_monotonic_nanos(), __ATOMIC_RELAXED);
         c->trigger();
         t.stats.triggers++;
@@ -73,6 +93,14 @@ static void *run(void *unused) {
     } else {
       requested = false;
     }
+    if (idle) {
+      // Not at the flips: at the renewed requests' moments only, reading the chain there.
+      if (now >= next_request) {
+        next_request = now + interval;
+        interval = interval * 2 > TICKER_MAX_RETRIGGER_NANOS ? TICKER_MAX_RETRIGGER_NANOS : interval * 2;
+      }
+      wait = next_request - now;
+    }
     if (wait > TICKER_MAX_RETRIGGER_NANOS) wait = TICKER_MAX_RETRIGGER_NANOS;
     if (!sleep_until(now + wait)) break;
   } while (true);
@@ -84,6 +112,7 @@ bool ticker_start(const ticker_config *config) {
   t.config = *config;
   t.stopping = false;
   t.poked = false;
+  __atomic_store_n(&t.idle, false, __ATOMIC_RELAXED);
   memset(&t.stats, 0, sizeof t.stats);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -117,6 +146,14 @@ void ticker_stop(void) {
 
 bool ticker_running(void) { return t.running; }
 
+void ticker_note_sync(void) {
+  __atomic_fetch_add(&t.syncs, 1, __ATOMIC_SEQ_CST);
+  if (t.running && __atomic_load_n(&t.idle, __ATOMIC_SEQ_CST)) {
+    __atomic_store_n(&t.idle, false, __ATOMIC_RELAXED); // one wake-up per spell
+    ticker_wake();
+  }
+}
+
 void ticker_wake(void) {
   if (!t.running) return;
   pthread_mutex_lock(&t.wake_lock);
@@ -133,3 +170,11 @@ void ticker_forget_after_fork(void) {
 }
 
 void ticker_get_stats(ticker_stats *stats) { *stats = t.stats; }
+
+uint64_t ticker_cpu_nanos(void) {
+  if (!t.running) return 0;
+  clockid_t clock;
+  struct timespec ts;
+  if (pthread_getcpuclockid(t.thread, &clock) != 0 || clock_gettime(clock, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

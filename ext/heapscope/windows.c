@@ -95,6 +95,7 @@ static void sync_point(void) {
   // Registering mallocs, which may start a GC whose marking is a sync point too: that one waits.
   if (win.syncing) return;
   win.syncing = true;
+  ticker_note_sync(); // the ticker follows the flips again if it had stopped (ticker.h)
   // Under GC.stress (watched on Ruby 3.1 only) every allocation collects: a window would make every
   // one of them a sampled GC too. Windows stay shut then (a debugging mode: its allocations are missed),
   // and while a Ractor may be starting (Ruby 3.1, ractors.h).
@@ -137,6 +138,7 @@ void windows_sync_outside_gc(void) {
       uint64_t vm = windows_vm_allocations();
       pthread_mutex_lock(&chain_lock);
       uint64_t changes = win.plan->chain.share_changes;
+      plan_note_ticker_cpu(win.plan, ticker_cpu_nanos());
       plan_update_density(win.plan, now, vm);
       bool changed = win.plan->chain.share_changes != changes;
       pthread_mutex_unlock(&chain_lock);
@@ -370,6 +372,7 @@ void windows_set_newobj_hook(VALUE newobj_hook) {
 void windows_start(recorder *r, VALUE newobj_hook, const plan_config *config, uint64_t seed) {
   win.newobj_hook = newobj_hook;
   pthread_mutex_lock(&chain_lock);
+  plan_note_ticker_cpu(win.plan, ticker_cpu_nanos()); // 0 unless a ticker still runs
   plan_start(win.plan, config, plan_monotonic_nanos(), windows_vm_allocations(), seed);
   pthread_mutex_unlock(&chain_lock);
   win.recorder = r;
@@ -411,6 +414,8 @@ void windows_get_stats(windows_stats *stats) {
   ticker_get_stats(&ts);
   stats->ticker_wakeups = ts.wakeups;
   stats->ticker_triggers = ts.triggers;
+  stats->ticker_cpu_nanos = ticker_cpu_nanos();
+  stats->ticker_idle_spells = ts.idle_spells;
 }
 
 void windows_chain_stats(double *share, double *mean_window_nanos, uint64_t *flips, double *requested_share) {

@@ -30,6 +30,8 @@ typedef struct {
   uint64_t gc_registrations_deferred; // windowed: GCs inside which no hook could be registered
   uint64_t ractor_pauses;    // Ruby 3.1: GCs that might have started a Ractor, hooks paused
   uint64_t ticker_wakeups, ticker_triggers; // windowed: the ticker's work (ticker.h)
+  uint64_t ticker_cpu_nanos;                // its thread's CPU time (ticker_cpu_nanos)
+  uint64_t ticker_idle_spells;              // times it stopped following flips (TICKER_IDLE_NANOS)
 } windows_stats;
 
 // Once, from Init: the plan it applies, the two tracepoints it registers (the NEWOBJ one and the

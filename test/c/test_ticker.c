@@ -28,6 +28,7 @@ static void trigger(void) {
   bool on = schedule_requested(&sched); // as a sync job applies it while the ticker runs (windows.c)
   pthread_mutex_unlock(&lock);
   __atomic_store_n(&applied, on ? 1 : 0, __ATOMIC_RELAXED);
+  ticker_note_sync();
 }
 
 static void sleep_ms(long ms) {
@@ -39,15 +40,20 @@ static const ticker_config config = {
   .schedule = &sched, .lock = &lock, .virtual_now = virtual_now, .applied = applied_state, .trigger = trigger,
 };
 
-// Syncs that come: about one request per flip of the chain (a flip back before a sync needs none).
-static void test_requests_follow_the_flips(void) {
+// A fresh chain at `share`, nothing applied, and the ticker started; syncs come when `syncs_come`.
+static void start_at(double share, uint32_t every, uint64_t seed, int syncs_come) {
   pthread_mutex_lock(&lock);
-  schedule_init(&sched, 0.2, 1000, virtual_now(), 11);
+  schedule_init(&sched, share, every, virtual_now(), seed);
   pthread_mutex_unlock(&lock);
   applied = 0;
-  follow = 1;
+  follow = syncs_come;
   triggers = 0;
   CHECK(ticker_start(&config));
+}
+
+// Syncs that come: about one request per flip of the chain (a flip back before a sync needs none).
+static void test_requests_follow_the_flips(void) {
+  start_at(0.2, 1000, 11, 1);
   CHECK(ticker_running());
   sleep_ms(300);
   ticker_stop();
@@ -66,17 +72,36 @@ static void test_requests_follow_the_flips(void) {
 
 // Syncs that never come (an idle process): requests back off, from 1 ms to 100 ms apart.
 static void test_requests_back_off_while_unanswered(void) {
-  pthread_mutex_lock(&lock);
-  schedule_init(&sched, 1.0, 1, virtual_now(), 5); // always on: the state never flips back
-  pthread_mutex_unlock(&lock);
-  applied = 0;
-  follow = 0;
-  triggers = 0;
-  CHECK(ticker_start(&config));
+  start_at(1.0, 1, 5, 0); // always on: the state never flips back
   sleep_ms(400);
   ticker_stop();
   // At 0, 1, 3, 7, 15, 31, 63, 127, 227, 327 ms: about 10 (a late wake-up may lose one).
   CHECK(triggers >= 7 && triggers <= 12);
+}
+
+// An idle program (its syncs never come, at a share whose chain flips every few hundred microseconds):
+// the ticker stops waking at the flips once a request has gone unanswered for TICKER_IDLE_NANOS, and
+// follows them again as soon as a sync comes.
+static void test_an_idle_program_is_not_woken_at_every_flip(void) {
+  start_at(0.2, 1000, 13, 0);
+  sleep_ms(300);
+  ticker_stats idle;
+  ticker_get_stats(&idle);
+  pthread_mutex_lock(&lock);
+  uint64_t flips = sched.flips;
+  pthread_mutex_unlock(&lock);
+  // About 1200 flips; wake-ups at the flips for 5 ms, then at 1, 2, 4, ... 100 ms apart: a few dozen.
+  CHECK(flips > 100);
+  CHECK(idle.wakeups < 60);
+  CHECK(idle.idle_spells == 1);
+  // Syncs come again: it follows the flips (hundreds of wake-ups in 100 ms, not one or two).
+  follow = 1;
+  ticker_note_sync();
+  sleep_ms(100);
+  ticker_stats busy;
+  ticker_get_stats(&busy);
+  ticker_stop();
+  CHECK(busy.wakeups - idle.wakeups > 60);
 }
 
 // Stopping while the thread sleeps for long returns at once, and it can start again.
@@ -99,6 +124,7 @@ static void test_stop_is_prompt_and_restartable(void) {
 int main(void) {
   test_requests_follow_the_flips();
   test_requests_back_off_while_unanswered();
+  test_an_idle_program_is_not_woken_at_every_flip();
   test_stop_is_prompt_and_restartable();
   return check_report("test_ticker");
 }
