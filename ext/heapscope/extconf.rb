@@ -32,6 +32,8 @@ abort "heapscope: this Ruby does not export rb_objspace_each_objects" unless hav
 # Suspect records are checked from a postponed job: Ruby 3.3+ wants handles made in advance
 # (rb_postponed_job_register_one is deprecated there and gone in 4.1).
 have_func("rb_postponed_job_preregister", "ruby/debug.h")
+# A thread that takes the GVL wakes a ticker that had stopped following the chain (ticker.h, idle).
+have_func("rb_internal_thread_add_event_hook", "ruby/thread.h")
 # Ruby 3.4+ can run another GC (RUBY_GC_LIBRARY): heapscope refuses to start under one.
 have_func("rb_gc_active_gc_name")
 # memsize_of from C; without it sizes are the slot size.

@@ -33,7 +33,8 @@
 // A request unanswered this long means the program checks no interrupts: it sleeps, waits on IO or a
 // lock, or runs a long C call without a GC. The ticker then stops waking at the chain's flips (each
 // wake-up costs 2-30 us of CPU: an idle process woke about 600 times a second, 1.75% of a core here)
-// and reads the chain only at its renewed requests, until a sync comes (ticker_note_sync wakes it).
+// and reads the chain only at its renewed requests, until a sync comes or a thread takes the GVL
+// (ticker_note_sync wakes it; windows.c calls it from both).
 // The requested state it leaves is the chain's at moments the chain does not choose, on with the
 // share's probability, as before.
 #define TICKER_IDLE_NANOS 5000000ull // 5 ms
@@ -55,8 +56,9 @@ typedef struct {
 
 // Starts the thread (signals blocked in it). False when it could not be created (nothing started).
 bool ticker_start(const ticker_config *config);
-// A sync point ran (a job or a GC's): answers the requests made so far. Wakes a ticker that had stopped
-// following the chain's flips (TICKER_IDLE_NANOS). Any thread, also inside a GC: no Ruby calls.
+// A sync point ran (a job or a GC's), or a thread took the GVL (which a renewed request will flag):
+// answers the requests made so far. Wakes a ticker that had stopped following the chain's flips
+// (TICKER_IDLE_NANOS). Any thread, with the GVL or without, also inside a GC: no Ruby calls.
 void ticker_note_sync(void);
 // Stops the thread and waits for it. No-op when not running.
 void ticker_stop(void);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <ruby/debug.h>
+#include <ruby/thread.h>
 #include <ruby/version.h>
 #include <ruby/vm.h>
 
@@ -222,6 +223,17 @@ static rb_postponed_job_handle_t sync_job_handle = POSTPONED_JOB_HANDLE_INVALID;
 static rb_postponed_job_handle_t restart_job_handle = POSTPONED_JOB_HANDLE_INVALID;
 static void trigger_sync(void) { rb_postponed_job_trigger(sync_job_handle); }
 static bool applied_for_ticker(void) { return __atomic_load_n(&hook_applied, __ATOMIC_RELAXED) != 0; }
+
+#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+// A thread took the GVL: a request left unanswered while every thread waited (flagged on one that may
+// still sleep) can be answered now, so an idle ticker follows the chain again and asks anew, which
+// flags the running thread. Called on the thread, GVL held or not: an atomic add, and a wake-up only
+// when the ticker is idle.
+static void thread_resumed(rb_event_flag_t event, const rb_internal_thread_event_data_t *data, void *unused) {
+  (void)event, (void)data, (void)unused;
+  ticker_note_sync();
+}
+#endif
 #endif
 
 static void start_ticker(void) {
@@ -234,6 +246,13 @@ static void start_ticker(void) {
   };
   // Without the thread windows still change at GCs: fewer of them, the same probabilities.
   if (!ticker_start(&tc)) win.stats.ticker_failures++;
+#ifdef HAVE_RB_INTERNAL_THREAD_ADD_EVENT_HOOK
+  // Once per process, never removed (removing one while threads switch is racy on some Rubies).
+  static bool resume_hook_added;
+  if (!resume_hook_added) {
+    resume_hook_added = rb_internal_thread_add_event_hook(thread_resumed, RUBY_INTERNAL_THREAD_EVENT_RESUMED, NULL) != NULL;
+  }
+#endif
 #endif
 }
 
