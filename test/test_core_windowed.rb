@@ -188,7 +188,8 @@ class TestCoreWindowed < Minitest::Test
 
   # An idle process (Ruby 3.3+): once a sync request has gone unanswered for 5 ms the ticker stops waking
   # at the chain's flips (about 800 a second at 0.04, each costing 2-30 us of CPU) and wakes a few dozen
-  # times in the rest of the sleep; when the program runs again, syncs come at once.
+  # times in the rest of the sleep; when the program runs again, sync jobs come again (how soon, for a
+  # thread other than the one the request was for, is the next test's).
   def test_an_idle_process_is_not_woken_at_every_flip
     Heapscope.start(sampling: :windowed)
     skip "windows change at GCs only on this Ruby (no ticker)" unless Heapscope::Native::WINDOWED_TICKER
@@ -198,9 +199,11 @@ class TestCoreWindowed < Minitest::Test
     assert_operator idle[:ticker_idle_spells], :>=, 1, idle.inspect
     assert_operator idle[:ticker_wakeups] - before[:ticker_wakeups], :<, 120, idle.inspect
     assert_operator idle[:ticker_cpu_ns], :>, 0, idle.inspect
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.08
+    # Within 0.5 s: the sleep's one job may have retuned windows to about 0.8 ms (a 20 ms cycle at 0.04:
+    # CI once saw none in 80 ms), and no on-flip in 0.5 s at that cycle is a chance of about e^-25.
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 0.5
     1_000.times { Object.new } while Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
-    assert_operator Heapscope.stats[:sync_jobs] - idle[:sync_jobs], :>=, 2, "sync jobs in 80 ms after the sleep: #{Heapscope.stats}"
+    assert_operator Heapscope.stats[:sync_jobs] - idle[:sync_jobs], :>=, 1, "sync jobs in 0.5 s after the sleep: #{Heapscope.stats}"
   end
 
   # After an idle spell the ticker's last request is flagged on the thread that ran last (here the main
