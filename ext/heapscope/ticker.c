@@ -36,6 +36,11 @@ static bool sleep_until(uint64_t until) {
   return go_on;
 }
 
+// The next renewed request's distance: twice the last, at most TICKER_MAX_RETRIGGER_NANOS.
+static uint64_t backed_off(uint64_t interval) {
+  return interval * 2 > TICKER_MAX_RETRIGGER_NANOS ? TICKER_MAX_RETRIGGER_NANOS : interval * 2;
+}
+
 static void *run(void *unused) {
   (void)unused;
 #ifdef __linux__
@@ -87,7 +92,7 @@ static void *run(void *unused) {
         requested = true;
         requested_state = on;
         next_request = now + interval;
-        interval = interval * 2 > TICKER_MAX_RETRIGGER_NANOS ? TICKER_MAX_RETRIGGER_NANOS : interval * 2;
+        interval = backed_off(interval);
       }
       if (next_request - now < wait) wait = next_request - now;
     } else {
@@ -97,7 +102,7 @@ static void *run(void *unused) {
       // Not at the flips: at the renewed requests' moments only, reading the chain there.
       if (now >= next_request) {
         next_request = now + interval;
-        interval = interval * 2 > TICKER_MAX_RETRIGGER_NANOS ? TICKER_MAX_RETRIGGER_NANOS : interval * 2;
+        interval = backed_off(interval);
       }
       wait = next_request - now;
     }
